@@ -1,0 +1,983 @@
+//! The configuration contract (spec §3): file hierarchy, schema, expansion
+//! and sanitation.
+//!
+//! Loading happens in three steps:
+//! 1. [`source`] reads each file of the hierarchy, type-checks it alone and
+//!    merges it per key into one tree that remembers where each value came from;
+//! 2. [`Config::from_merged`] checks required fields and every value that can
+//!    be checked without a workspace, collecting *all* problems with locations;
+//! 3. [`Config::resolve`] binds one profile to one workspace (a Domain Anchor),
+//!    expands the tokens, canonicalises host paths and reads `env:` variables.
+
+pub mod expand;
+pub mod schema;
+pub mod source;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+
+use crate::domain::{DomainAnchor, validate_profile_name};
+use crate::host::HostEnv;
+use expand::{Template, TokenValues, canonicalize_lenient};
+pub use schema::{Runtime, WorkspaceMode};
+use source::{Layer, Location, Merged};
+
+/// Errors of the configuration contract.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{location}: {message}")]
+    Syntax { location: Location, message: String },
+    #[error("internal error merging configuration files: {message}")]
+    Merge { message: String },
+    #[error("{}", Problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+impl ConfigError {
+    /// True when any problem is a security refusal (e.g. a `..` segment).
+    pub fn is_security(&self) -> bool {
+        matches!(self, ConfigError::Invalid(p) if p.iter().any(|p| p.security))
+    }
+}
+
+/// One thing wrong with the configuration, and where.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub location: Option<Location>,
+    /// The key path, e.g. `profiles.claude.volumes[0].host`.
+    pub key: String,
+    pub message: String,
+    pub security: bool,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.location {
+            write!(f, "{loc}: ")?;
+        }
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "{n} problem{} in the configuration:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in self.0 {
+            write!(f, "\n  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which files to read, in the order of spec §3.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// `~/.config/lazaret/config.toml`; `None` to skip.
+    pub user_file: Option<PathBuf>,
+    /// `./lazaret.toml` of the current folder; `None` to skip.
+    pub workspace_file: Option<PathBuf>,
+    /// `--config FILE`; must exist when given.
+    pub explicit_file: Option<PathBuf>,
+}
+
+impl LoadOptions {
+    /// The standard hierarchy for this user and folder.
+    pub fn standard(env: &dyn HostEnv, cwd: &Path, explicit: Option<PathBuf>) -> Self {
+        let config_home = env
+            .var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| env.home().map(|h| h.join(".config")));
+        LoadOptions {
+            user_file: config_home.map(|c| c.join("lazaret").join("config.toml")),
+            workspace_file: Some(cwd.join("lazaret.toml")),
+            explicit_file: explicit,
+        }
+    }
+}
+
+/// The validated configuration, before a profile is bound to a workspace.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub default_profile: Option<String>,
+    /// The Storage Root, canonical (it may not exist yet).
+    pub data_root: PathBuf,
+    pub network: NetworkConfig,
+    pub escalation: EscalationConfig,
+    pub profiles: BTreeMap<String, ProfileConfig>,
+    /// The merged files, for `config show` and error locations.
+    pub merged: Merged,
+}
+
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    pub default_allow: Vec<IpNet>,
+    pub default_deny: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EscalationConfig {
+    pub enabled: bool,
+    /// Where per-domain Escalation Socket folders are created (canonical).
+    pub socket_dir: PathBuf,
+    pub auto_approve: Vec<AutoApprove>,
+}
+
+/// One `auto_approve` entry, split into its argument vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoApprove {
+    pub raw: String,
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProfileConfig {
+    pub name: String,
+    pub image: String,
+    pub persistent_dirs: Vec<PathBuf>,
+    pub allow_egress: Vec<IpNet>,
+    pub env: BTreeMap<String, EnvValue>,
+    pub volumes: Vec<VolumeTemplate>,
+    pub runtime: Runtime,
+    /// True when the profile names its runtime (D7: only then may it be non-gVisor).
+    pub runtime_explicit: bool,
+    /// `None`: isolated for git workspaces, direct otherwise.
+    pub workspace_mode: Option<WorkspaceMode>,
+    /// argv of the session command; `None` means a login shell.
+    pub command: Option<Vec<String>>,
+}
+
+/// A value of a profile's `env` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    Literal(String),
+    /// `env:NAME`: read from the host environment when the sandbox starts.
+    FromHost(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct VolumeTemplate {
+    pub key: String,
+    pub host: Template,
+    pub container: Template,
+    pub options: Vec<String>,
+}
+
+/// A profile bound to a workspace: everything expanded and canonical.
+#[derive(Debug, Clone)]
+pub struct ResolvedProfile {
+    pub profile: ProfileConfig,
+    pub domain: DomainAnchor,
+    /// `{data_root}/{profile_name}`
+    pub profile_dir: PathBuf,
+    /// `{data_root}/domains/{domain_hash}`
+    pub domain_dir: PathBuf,
+    pub volumes: Vec<ResolvedVolume>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedVolume {
+    pub host: PathBuf,
+    pub container: PathBuf,
+    pub options: Vec<String>,
+    /// True when the host path lies in the Storage Root and may be created.
+    pub in_storage_root: bool,
+}
+
+/// Mount options a volume may carry (`z`/`Z` for SELinux relabelling).
+pub const VOLUME_OPTIONS: &[&str] = &["ro", "rw", "z", "Z", "nosuid", "nodev", "noexec"];
+
+/// Container paths a volume or persistent dir may not cover: they belong to
+/// the kernel, to podman, or to Lazaret's own mounts.
+const RESERVED_CONTAINER_PATHS: &[&str] = &["/", "/proc", "/sys", "/dev", "/run/lazaret"];
+
+/// Files podman writes into every container; never persisted (spec §4.3.4).
+pub const RUNTIME_INJECTED_FILES: &[&str] = &["/etc/resolv.conf", "/etc/hosts", "/etc/hostname"];
+
+/// Programs that may never be auto-approved: they run arbitrary or
+/// workspace-controlled code (decisions.md D5).
+pub const BANNED_AUTO_APPROVE: &[&str] = &[
+    "git", "sh", "bash", "dash", "zsh", "fish", "ksh", "csh", "tcsh", "busybox", "python",
+    "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "tclsh", "env",
+    "xargs", "find", "sudo", "su", "doas", "pkexec", "ssh", "scp", "rsync", "make", "cmake",
+    "ninja", "npm", "npx", "pnpm", "yarn", "cargo", "rustc", "go", "pip", "pip3", "pipx", "uv",
+    "poetry", "gradle", "gradlew", "mvn", "bundle", "rake", "gem", "docker", "podman", "kubectl",
+    "timeout", "nice", "nohup", "setsid", "stdbuf", "strace", "gdb", "watch", "awk", "gawk", "sed",
+    "vim", "vi", "nvim", "emacs", "less", "more", "man", "tar", "eval", "exec", "source",
+    "lazaret",
+];
+
+impl Config {
+    /// Reads the hierarchy of `opts` and validates it.
+    pub fn load(opts: &LoadOptions, env: &dyn HostEnv) -> Result<Config, ConfigError> {
+        let mut merged = Merged::default();
+        for (layer, path, required) in [
+            (Layer::User, &opts.user_file, false),
+            (Layer::Workspace, &opts.workspace_file, false),
+            (Layer::CommandLine, &opts.explicit_file, true),
+        ] {
+            let Some(path) = path else { continue };
+            if !required && !path.exists() {
+                continue;
+            }
+            merged.add_file(layer, path)?;
+        }
+        Config::from_merged(merged, env)
+    }
+
+    /// Validates a merged tree; every problem found is reported at once.
+    pub fn from_merged(merged: Merged, env: &dyn HostEnv) -> Result<Config, ConfigError> {
+        let schema = merged.schema()?;
+        let mut v = Validator {
+            merged: &merged,
+            problems: Vec::new(),
+        };
+        let home = || env.home();
+
+        let data_root = v
+            .required(
+                schema.storage.as_ref().and_then(|s| s.data_root.as_ref()),
+                "storage.data_root",
+            )
+            .and_then(|raw| v.host_dir(raw, "storage.data_root", &home));
+
+        let network = schema.network.clone().unwrap_or_default();
+        let default_allow = v
+            .required(network.default_allow.as_ref(), "network.default_allow")
+            .map(|l| v.cidrs(l, "network.default_allow"));
+        let default_deny = v
+            .required(network.default_deny.as_ref(), "network.default_deny")
+            .map(|l| v.cidrs(l, "network.default_deny"));
+
+        let escalation = schema.escalation.clone().unwrap_or_default();
+        let enabled = v.required(escalation.enabled.as_ref(), "escalation.enabled");
+        let socket_dir = v
+            .required(escalation.socket_dir.as_ref(), "escalation.socket_dir")
+            .and_then(|raw| v.host_dir(raw, "escalation.socket_dir", &home));
+        let auto_approve = escalation
+            .auto_approve
+            .as_ref()
+            .map(|l| v.auto_approve(l))
+            .unwrap_or_default();
+
+        let mut profiles = BTreeMap::new();
+        for (name, raw) in &schema.profiles {
+            if let Some(p) = v.profile(name, raw) {
+                profiles.insert(name.clone(), p);
+            }
+        }
+        if let Some(default) = &schema.default_profile
+            && !schema.profiles.contains_key(default)
+        {
+            {
+                let known: Vec<&str> = schema.profiles.keys().map(String::as_str).collect();
+                v.problem(
+                    "default_profile",
+                    format!(
+                        "names the profile `{default}`, which is not defined (defined: {})",
+                        if known.is_empty() {
+                            "none".into()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                );
+            }
+        }
+
+        match (
+            v.problems.is_empty(),
+            data_root,
+            default_allow,
+            default_deny,
+            enabled,
+            socket_dir,
+        ) {
+            (
+                true,
+                Some(data_root),
+                Some(default_allow),
+                Some(default_deny),
+                Some(enabled),
+                Some(socket_dir),
+            ) => Ok(Config {
+                default_profile: schema.default_profile.clone(),
+                data_root,
+                network: NetworkConfig {
+                    default_allow,
+                    default_deny,
+                },
+                escalation: EscalationConfig {
+                    enabled: *enabled,
+                    socket_dir,
+                    auto_approve,
+                },
+                profiles,
+                merged,
+            }),
+            _ => Err(ConfigError::Invalid(v.problems)),
+        }
+    }
+
+    /// The profile a command should use: the one named, else
+    /// `default_profile`, else the only one defined.
+    pub fn select_profile(&self, name: Option<&str>) -> Result<&ProfileConfig, SelectError> {
+        let known = || self.profiles.keys().cloned().collect::<Vec<_>>().join(", ");
+        let name = match name.or(self.default_profile.as_deref()) {
+            Some(n) => n,
+            None if self.profiles.len() == 1 => self
+                .profiles
+                .keys()
+                .next()
+                .map(String::as_str)
+                .unwrap_or_default(),
+            None if self.profiles.is_empty() => return Err(SelectError::NoProfiles),
+            None => return Err(SelectError::Ambiguous(known())),
+        };
+        validate_profile_name(name).map_err(SelectError::BadName)?;
+        self.profiles
+            .get(name)
+            .ok_or_else(|| SelectError::Unknown(name.to_string(), known()))
+    }
+
+    /// Binds `profile` to `workspace`: computes the Domain Anchor, expands
+    /// tokens, canonicalises host paths and reads `env:` values.
+    pub fn resolve(
+        &self,
+        profile: &ProfileConfig,
+        workspace: &Path,
+        env: &dyn HostEnv,
+        host_vars: HostVars,
+    ) -> Result<ResolvedProfile, ConfigError> {
+        let mut problems = Vec::new();
+        let domain = DomainAnchor::new(&profile.name, workspace).map_err(|e| {
+            ConfigError::Invalid(vec![Problem {
+                location: None,
+                key: "workspace".into(),
+                message: e.to_string(),
+                security: false,
+            }])
+        })?;
+        let profile_dir = self.data_root.join(&profile.name);
+        let domain_dir = domain.domain_root(&self.data_root);
+        let values = TokenValues {
+            profile_name: profile.name.clone(),
+            profile_dir: profile_dir.clone(),
+            domain_hash: domain.hash().to_string(),
+            domain_dir: domain_dir.clone(),
+            workspace_dir: domain.workspace().to_path_buf(),
+        };
+        let home = || env.home();
+        let mut volumes = Vec::new();
+        for vol in &profile.volumes {
+            let located = |key: &str, message: String, security: bool| Problem {
+                location: self.merged.origin(key).cloned(),
+                key: key.to_string(),
+                message,
+                security,
+            };
+            let host_key = format!("{}.host", vol.key);
+            let host = match vol.host.expand(Some(&values), &home) {
+                Ok(p) => p,
+                Err(e) => {
+                    problems.push(located(
+                        &host_key,
+                        e.to_string(),
+                        matches!(e, expand::ExpandError::DotDot(_)),
+                    ));
+                    continue;
+                }
+            };
+            if !host.is_absolute() {
+                problems.push(located(
+                    &host_key,
+                    format!("`{}` is not an absolute path", host.display()),
+                    false,
+                ));
+                continue;
+            }
+            let container = match vol.container.expand(Some(&values), &home) {
+                Ok(p) => p,
+                Err(e) => {
+                    let security = matches!(e, expand::ExpandError::DotDot(_));
+                    problems.push(located(
+                        &format!("{}.container", vol.key),
+                        e.to_string(),
+                        security,
+                    ));
+                    continue;
+                }
+            };
+            match self.canonical_volume_host(&host) {
+                Ok((canonical, in_storage_root)) => volumes.push(ResolvedVolume {
+                    host: canonical,
+                    container,
+                    options: vol.options.clone(),
+                    in_storage_root,
+                }),
+                Err((message, security)) => problems.push(located(&host_key, message, security)),
+            }
+        }
+        let mut resolved_env = BTreeMap::new();
+        for (key, value) in &profile.env {
+            match value {
+                EnvValue::Literal(s) => {
+                    resolved_env.insert(key.clone(), s.clone());
+                }
+                EnvValue::FromHost(var) => match env.var(var) {
+                    Some(s) => {
+                        resolved_env.insert(key.clone(), s);
+                    }
+                    None if host_vars == HostVars::Skip => {}
+                    None => {
+                        let path = format!("profiles.{}.env.{key}", profile.name);
+                        problems.push(Problem {
+                            location: self.merged.origin(&path).cloned(),
+                            key: path,
+                            message: format!(
+                                "forwards the host variable {var} (env:{var}), which is not set; export {var} or remove the entry"
+                            ),
+                            security: false,
+                        });
+                    }
+                },
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid(problems));
+        }
+        Ok(ResolvedProfile {
+            profile: profile.clone(),
+            domain,
+            profile_dir,
+            domain_dir,
+            volumes,
+            env: resolved_env,
+        })
+    }
+
+    /// Spec §3.2.3 (3): canonicalise a volume's host path. Paths inside the
+    /// Storage Root may not exist yet (Lazaret creates them) but must not
+    /// leave it through a symlink; any other host path must exist.
+    fn canonical_volume_host(&self, host: &Path) -> Result<(PathBuf, bool), (String, bool)> {
+        if host.starts_with(&self.data_root) {
+            let canonical = canonicalize_lenient(host)
+                .map_err(|e| (format!("cannot resolve `{}`: {e}", host.display()), false))?;
+            let root = canonicalize_lenient(&self.data_root)
+                .map_err(|e| (format!("cannot resolve the storage root: {e}"), false))?;
+            if !canonical.starts_with(&root) {
+                return Err((
+                    format!(
+                        "security: `{}` is inside the storage root but resolves through a symlink to `{}`, outside it; remove the symlink",
+                        host.display(),
+                        canonical.display()
+                    ),
+                    true,
+                ));
+            }
+            Ok((canonical, true))
+        } else {
+            host.canonicalize().map(|c| (c, false)).map_err(|e| {
+                (
+                    format!(
+                        "host path `{}` cannot be used: {e}; create it or change the volume",
+                        host.display()
+                    ),
+                    false,
+                )
+            })
+        }
+    }
+}
+
+/// Whether [`Config::resolve`] must find every `env:` variable on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostVars {
+    /// Starting a sandbox: an unset variable is an error.
+    Require,
+    /// Checking the configuration: unset variables are left out.
+    Skip,
+}
+
+impl ProfileConfig {
+    /// Host variables this profile forwards (`env:NAME`) that are not set.
+    pub fn unset_host_vars(&self, env: &dyn HostEnv) -> Vec<String> {
+        self.env
+            .values()
+            .filter_map(|v| match v {
+                EnvValue::FromHost(var) if env.var(var).is_none() => Some(var.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Why no profile could be chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error(
+        "no profile is defined; add a [profiles.NAME] table to your configuration (see example.toml)"
+    )]
+    NoProfiles,
+    #[error("several profiles are defined ({0}); name one, or set default_profile")]
+    Ambiguous(String),
+    #[error("no profile named `{0}` (defined: {1})")]
+    Unknown(String, String),
+    #[error("{0}")]
+    BadName(String),
+}
+
+/// Collects problems while checking the merged schema.
+struct Validator<'a> {
+    merged: &'a Merged,
+    problems: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    fn push(&mut self, key: &str, message: String, security: bool) {
+        // Point at the nearest key that has a location.
+        let mut probe = key.to_string();
+        let location = loop {
+            if let Some(loc) = self.merged.origin(&probe) {
+                break Some(loc.clone());
+            }
+            match probe.rfind(['.', '[']) {
+                Some(i) => probe.truncate(i),
+                None => break None,
+            }
+        };
+        self.problems.push(Problem {
+            location,
+            key: key.to_string(),
+            message,
+            security,
+        });
+    }
+
+    fn problem(&mut self, key: &str, message: String) {
+        self.push(key, message, false);
+    }
+
+    fn required<'v, T>(&mut self, value: Option<&'v T>, key: &str) -> Option<&'v T> {
+        if value.is_none() {
+            let read: Vec<String> = self
+                .merged
+                .sources
+                .iter()
+                .map(|s| s.path.display().to_string())
+                .collect();
+            self.problem(
+                key,
+                if read.is_empty() {
+                    "is required, and no configuration file was found; create ~/.config/lazaret/config.toml (start from example.toml)".into()
+                } else {
+                    format!("is required but not set in {}", read.join(", "))
+                },
+            );
+        }
+        value
+    }
+
+    /// A host directory that may use `~` but no tokens.
+    fn host_dir(
+        &mut self,
+        raw: &str,
+        key: &str,
+        home: &dyn Fn() -> Option<PathBuf>,
+    ) -> Option<PathBuf> {
+        let template = match Template::parse(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problem(key, e);
+                return None;
+            }
+        };
+        match template.expand(None, home) {
+            Ok(p) if p.is_absolute() => match canonicalize_lenient(&p) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    self.problem(key, format!("cannot resolve `{}`: {e}", p.display()));
+                    None
+                }
+            },
+            Ok(p) => {
+                self.problem(
+                    key,
+                    format!(
+                        "`{}` must be an absolute path (or start with ~/)",
+                        p.display()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                let security = matches!(e, expand::ExpandError::DotDot(_));
+                self.push(key, e.to_string(), security);
+                None
+            }
+        }
+    }
+
+    fn cidrs(&mut self, list: &[String], key: &str) -> Vec<IpNet> {
+        let mut out = Vec::new();
+        for (i, raw) in list.iter().enumerate() {
+            match parse_cidr(raw) {
+                Ok(net) => out.push(net),
+                Err(e) => self.problem(&format!("{key}[{i}]"), e),
+            }
+        }
+        out
+    }
+
+    fn auto_approve(&mut self, list: &[String]) -> Vec<AutoApprove> {
+        let mut out = Vec::new();
+        for (i, raw) in list.iter().enumerate() {
+            let key = format!("escalation.auto_approve[{i}]");
+            match check_auto_approve(raw) {
+                Ok(argv) => out.push(AutoApprove {
+                    raw: raw.clone(),
+                    argv,
+                }),
+                Err(e) => self.push(&key, e, true),
+            }
+        }
+        out
+    }
+
+    fn profile(&mut self, name: &str, raw: &schema::Profile) -> Option<ProfileConfig> {
+        let base = format!("profiles.{name}");
+        if let Err(e) = validate_profile_name(name) {
+            self.push(&base, e, true);
+            return None;
+        }
+        let before = self.problems.len();
+        let image = self
+            .required(raw.image.as_ref(), &format!("{base}.image"))
+            .cloned()
+            .unwrap_or_default();
+        if raw.image.is_some()
+            && (image.trim().is_empty()
+                || image.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            self.problem(
+                &format!("{base}.image"),
+                format!("`{image}` is not an image reference"),
+            );
+        }
+        let mut persistent_dirs = Vec::new();
+        for (i, dir) in raw.persistent_dirs.iter().flatten().enumerate() {
+            let key = format!("{base}.persistent_dirs[{i}]");
+            match container_path(dir, false) {
+                Ok(p) if RUNTIME_INJECTED_FILES.iter().any(|f| Path::new(f) == p) => self.problem(
+                    &key,
+                    format!("`{dir}` is written by podman at every start and cannot be persisted"),
+                ),
+                Ok(p) => persistent_dirs.push(p),
+                Err((e, security)) => self.push(&key, e, security),
+            }
+        }
+        let allow_egress = raw
+            .allow_egress
+            .as_ref()
+            .map(|l| self.cidrs(l, &format!("{base}.allow_egress")))
+            .unwrap_or_default();
+        let mut env = BTreeMap::new();
+        for (k, value) in raw.env.iter().flatten() {
+            let key = format!("{base}.env.{k}");
+            if !is_env_name(k) {
+                self.problem(&key, format!("`{k}` is not a valid environment variable name (letters, digits, _; not starting with a digit)"));
+                continue;
+            }
+            match value.strip_prefix("env:") {
+                Some(var) if is_env_name(var) => {
+                    env.insert(k.clone(), EnvValue::FromHost(var.to_string()));
+                }
+                Some(var) => self.problem(
+                    &key,
+                    format!("`env:{var}` does not name a valid host variable"),
+                ),
+                None if value.contains('\0') => {
+                    self.problem(&key, "contains a NUL character".into());
+                }
+                None => {
+                    env.insert(k.clone(), EnvValue::Literal(value.clone()));
+                }
+            }
+        }
+        let mut volumes = Vec::new();
+        for (i, vol) in raw.volumes.iter().flatten().enumerate() {
+            let key = format!("{base}.volumes[{i}]");
+            if let Some(v) = self.volume(&key, vol) {
+                volumes.push(v);
+            }
+        }
+        let command = match &raw.command {
+            None => None,
+            Some(c) => match shell_words::split(c) {
+                Ok(argv) if !argv.is_empty() => Some(argv),
+                Ok(_) => {
+                    self.problem(
+                        &format!("{base}.command"),
+                        "is empty; remove it to get a login shell".into(),
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.problem(
+                        &format!("{base}.command"),
+                        format!("cannot be split into words: {e}"),
+                    );
+                    None
+                }
+            },
+        };
+        (self.problems.len() == before).then(|| ProfileConfig {
+            name: name.to_string(),
+            image,
+            persistent_dirs,
+            allow_egress,
+            env,
+            volumes,
+            runtime: raw.runtime.unwrap_or_default(),
+            runtime_explicit: raw.runtime.is_some(),
+            workspace_mode: raw.workspace_mode,
+            command,
+        })
+    }
+
+    fn volume(&mut self, key: &str, vol: &schema::Volume) -> Option<VolumeTemplate> {
+        let before = self.problems.len();
+        let host = Template::parse(&vol.host)
+            .map_err(|e| self.problem(&format!("{key}.host"), e))
+            .ok();
+        if let Some(h) = &host {
+            let starts_absolute = h.has_tilde()
+                || h.raw().starts_with('/')
+                || h.raw().starts_with("{profile_dir}")
+                || h.raw().starts_with("{domain_dir}")
+                || h.raw().starts_with("{workspace_dir}");
+            if !starts_absolute {
+                self.problem(
+                    &format!("{key}.host"),
+                    format!(
+                        "`{}` must be absolute: start with /, ~/ or a directory token",
+                        h.raw()
+                    ),
+                );
+            }
+        }
+        let container = match Template::parse(&vol.container) {
+            Ok(t) => {
+                if let Some(tok) = t.tokens().find(|t| t.is_host_path()) {
+                    self.problem(
+                        &format!("{key}.container"),
+                        format!("{tok} is a host path and cannot name a place in the container"),
+                    );
+                } else if t.has_tilde() {
+                    self.problem(
+                        &format!("{key}.container"),
+                        "`~` is a host path; write the container path in full".into(),
+                    );
+                } else if let Err((e, security)) = container_path(t.raw(), true) {
+                    self.push(&format!("{key}.container"), e, security);
+                }
+                Some(t)
+            }
+            Err(e) => {
+                self.problem(&format!("{key}.container"), e);
+                None
+            }
+        };
+        let mut options = Vec::new();
+        for opt in vol.mode.iter().flat_map(|m| m.split(',')) {
+            if !VOLUME_OPTIONS.contains(&opt) {
+                self.problem(
+                    &format!("{key}.mode"),
+                    format!(
+                        "`{opt}` is not an allowed mount option (allowed: {})",
+                        VOLUME_OPTIONS.join(", ")
+                    ),
+                );
+            } else if !options.iter().any(|o| o == opt) {
+                options.push(opt.to_string());
+            }
+        }
+        if options.iter().any(|o| o == "ro") && options.iter().any(|o| o == "rw") {
+            self.problem(
+                &format!("{key}.mode"),
+                "cannot be both `ro` and `rw`".into(),
+            );
+        }
+        match (host, container) {
+            (Some(host), Some(container)) if self.problems.len() == before => {
+                Some(VolumeTemplate {
+                    key: key.to_string(),
+                    host,
+                    container,
+                    options,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+fn is_env_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A path inside the container: absolute, no `..`, not a reserved place.
+/// `templated` allows the non-path tokens (checked before expansion).
+fn container_path(raw: &str, templated: bool) -> Result<PathBuf, (String, bool)> {
+    if raw.contains('\0') {
+        return Err(("contains a NUL character".into(), false));
+    }
+    if !templated && (raw.contains('{') || raw.contains('}')) {
+        return Err((format!("`{raw}`: tokens are not expanded here"), false));
+    }
+    let path = PathBuf::from(raw);
+    expand::reject_dot_dot(&path).map_err(|e| (e.to_string(), true))?;
+    if !path.is_absolute() {
+        return Err((
+            format!("`{raw}` must be an absolute path inside the container"),
+            false,
+        ));
+    }
+    let normal: PathBuf = path.components().collect();
+    if RESERVED_CONTAINER_PATHS
+        .iter()
+        .any(|r| normal == Path::new(r))
+        || normal.starts_with("/run/lazaret")
+        || normal.starts_with("/proc")
+        || normal.starts_with("/sys")
+        || normal.starts_with("/dev")
+    {
+        return Err((
+            format!("`{raw}` is reserved (kernel, podman or Lazaret's own mounts)"),
+            true,
+        ));
+    }
+    Ok(normal)
+}
+
+/// Parses a CIDR; host bits must be zero so the rule means what it says.
+pub fn parse_cidr(raw: &str) -> Result<IpNet, String> {
+    let net: IpNet = raw.parse().map_err(|_| {
+        format!("`{raw}` is not a CIDR network (write e.g. 10.0.0.0/8 or fd00::/8)")
+    })?;
+    if net.trunc() != net {
+        return Err(format!(
+            "`{raw}` has host bits set; did you mean {}?",
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+/// Characters that make an auto-approve entry (or request) need a human:
+/// spec §5.2.1 plus NUL, ESC and every other control character (D5).
+pub fn has_shell_metacharacters(s: &str) -> bool {
+    s.chars().any(|c| {
+        matches!(
+            c,
+            ';' | '|'
+                | '&'
+                | '$'
+                | '`'
+                | '>'
+                | '<'
+                | '\\'
+                | '('
+                | ')'
+                | '{'
+                | '}'
+                | '*'
+                | '?'
+                | '['
+                | ']'
+                | '~'
+                | '#'
+                | '!'
+        ) || c.is_control()
+            || is_invisible_format(c)
+    })
+}
+
+/// Bidi controls and zero-width characters: they change what a human sees.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// Checks one `auto_approve` entry (decisions.md D5) and returns its argv.
+fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
+    if has_shell_metacharacters(raw) {
+        return Err(format!(
+            "`{}` contains shell metacharacters or control characters; auto-approve entries are plain argument vectors",
+            raw.escape_debug()
+        ));
+    }
+    let argv =
+        shell_words::split(raw).map_err(|e| format!("`{raw}` cannot be split into words: {e}"))?;
+    let Some(program) = argv.first() else {
+        return Err("is empty".into());
+    };
+    if program.contains('/') {
+        return Err(format!(
+            "`{program}` is a path; auto-approve entries name a bare program, resolved on a fixed trusted PATH"
+        ));
+    }
+    if BANNED_AUTO_APPROVE.contains(&program.as_str()) {
+        return Err(format!(
+            "`{program}` can run arbitrary or workspace-controlled code and may never be auto-approved; remove it (such requests can still be approved by hand)"
+        ));
+    }
+    Ok(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_host_bits() {
+        assert!(parse_cidr("10.0.0.0/8").is_ok());
+        assert!(parse_cidr("10.0.0.1/8").unwrap_err().contains("10.0.0.0/8"));
+        assert!(parse_cidr("::/0").is_ok());
+        assert!(parse_cidr("10.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn auto_approve_rules() {
+        assert_eq!(check_auto_approve("ls -la").unwrap(), vec!["ls", "-la"]);
+        assert!(
+            check_auto_approve("git status")
+                .unwrap_err()
+                .contains("never be auto-approved")
+        );
+        assert!(
+            check_auto_approve("./ls")
+                .unwrap_err()
+                .contains("bare program")
+        );
+        assert!(check_auto_approve("ls; id").is_err());
+        assert!(check_auto_approve("ls\u{202E}").is_err());
+    }
+}

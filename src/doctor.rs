@@ -1,0 +1,519 @@
+//! `lazaret doctor`: is this host ready to run rootless podman with gVisor?
+//!
+//! Each check says what it saw and, when something is wrong, the exact fix.
+//! Nothing here changes the host except `podman info`, which initialises the
+//! user's container storage the way any first podman call would.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use wait_timeout::ChildExt;
+
+use crate::host::HostEnv;
+use crate::install::{ESCALATE_BINARY, SIDECAR_BINARY, find_helper, which};
+use crate::rundir::RuntimeDir;
+
+/// The oldest runsc build known to work here (decisions.md, environment notes).
+pub const MIN_RUNSC_DATE: u32 = 20_240_729;
+const SETUP: &str = "sudo scripts/setup   (from the Lazaret source tree)";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Pass(String),
+    /// Works, but not as intended; does not fail the run.
+    Warn {
+        problem: String,
+        fix: String,
+    },
+    Fail {
+        problem: String,
+        fix: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub name: &'static str,
+    /// A failing required check makes `doctor` exit non-zero.
+    pub required: bool,
+    pub outcome: Outcome,
+}
+
+impl Check {
+    fn new(name: &'static str, required: bool, outcome: Outcome) -> Self {
+        Check {
+            name,
+            required,
+            outcome,
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, Outcome::Fail { .. })
+    }
+}
+
+fn fail(problem: impl Into<String>, fix: impl Into<String>) -> Outcome {
+    Outcome::Fail {
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+/// Runs a command with a deadline; returns its stdout, then its stderr
+/// (some tools, `runsc flags` among them, print their answer there).
+fn output(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    let status = match child.wait_timeout(limit) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "`{} {}` did not finish within {}s",
+                program.display(),
+                args.join(" "),
+                limit.as_secs()
+            ));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if status.success() {
+        Ok(stdout + &String::from_utf8_lossy(&out.stderr))
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "`{} {}` failed ({status}): {}",
+            program.display(),
+            args.join(" "),
+            stderr.trim().lines().last().unwrap_or("")
+        ))
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// A program that must be on PATH and answer `--version`.
+fn program(name: &'static str, package: &str, required: bool) -> Check {
+    let outcome = match which(name) {
+        None => fail(
+            format!("`{name}` is not on PATH"),
+            format!("{SETUP}, or: sudo apt-get install {package}"),
+        ),
+        Some(path) => match output(&path, &["--version"], Duration::from_secs(20)) {
+            Ok(v) => Outcome::Pass(first_line(&v)),
+            Err(e) => fail(
+                e,
+                format!("reinstall it: sudo apt-get install --reinstall {package}"),
+            ),
+        },
+    };
+    Check::new(name, required, outcome)
+}
+
+/// Pulls the build date (YYYYMMDD) out of `runsc --version`.
+pub fn runsc_build_date(version: &str) -> Option<u32> {
+    version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|part| part.len() == 8 && part.starts_with("20"))
+        .and_then(|d| d.parse().ok())
+}
+
+fn runsc_checks() -> Vec<Check> {
+    let Some(runsc) = which("runsc") else {
+        return vec![Check::new(
+            "runsc",
+            true,
+            fail(
+                "`runsc` (gVisor) is not on PATH; without it Lazaret refuses to start gVisor sandboxes",
+                format!("{SETUP}, which installs runsc from bookworm-backports"),
+            ),
+        )];
+    };
+    let version = match output(&runsc, &["--version"], Duration::from_secs(20)) {
+        Ok(v) => v,
+        Err(e) => return vec![Check::new("runsc", true, fail(e, SETUP))],
+    };
+    let version_check = match runsc_build_date(&version) {
+        Some(date) if date >= MIN_RUNSC_DATE => Outcome::Pass(first_line(&version)),
+        Some(date) => fail(
+            format!(
+                "runsc build {date} is too old (file metadata calls fail in builds before {MIN_RUNSC_DATE})"
+            ),
+            "sudo apt-get install -t bookworm-backports runsc",
+        ),
+        None => Outcome::Warn {
+            problem: format!("cannot read a build date from `{}`", first_line(&version)),
+            fix: format!("make sure it is gVisor {MIN_RUNSC_DATE} or newer"),
+        },
+    };
+    let flags_check = match output(&runsc, &["flags"], Duration::from_secs(20)) {
+        Err(e) => fail(e, SETUP),
+        Ok(flags) => {
+            let has = |f: &str| {
+                flags
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(f))
+            };
+            let missing: Vec<&str> = ["-network", "-ignore-cgroups", "-host-uds"]
+                .into_iter()
+                .filter(|f| !has(f))
+                .collect();
+            if missing.is_empty() {
+                Outcome::Pass(
+                    "--network=host, --ignore-cgroups and --host-uds=open are supported".into(),
+                )
+            } else {
+                fail(
+                    format!("this runsc lacks {}", missing.join(", ")),
+                    "sudo apt-get install -t bookworm-backports runsc",
+                )
+            }
+        }
+    };
+    vec![
+        Check::new("runsc", true, version_check),
+        Check::new("runsc flags", true, flags_check),
+    ]
+}
+
+/// Subordinate id ranges of `user` (name or uid) in an `/etc/subuid`-style file.
+pub fn subid_count(contents: &str, user: &str, uid: u32) -> u64 {
+    contents
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.trim().split(':');
+            let owner = f.next()?;
+            let _start: u64 = f.next()?.parse().ok()?;
+            let count: u64 = f.next()?.parse().ok()?;
+            (owner == user || owner == uid.to_string()).then_some(count)
+        })
+        .sum()
+}
+
+fn subid_check(name: &'static str, file: &str, user: &str, uid: u32) -> Check {
+    let contents = std::fs::read_to_string(file).unwrap_or_default();
+    let count = subid_count(&contents, user, uid);
+    let outcome = if count >= 65536 {
+        Outcome::Pass(format!("{count} ids for {user} in {file}"))
+    } else {
+        fail(
+            format!("{user} has {count} subordinate ids in {file}; rootless podman needs 65536"),
+            format!(
+                "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}   (pick a range no other user has)"
+            ),
+        )
+    };
+    Check::new(name, true, outcome)
+}
+
+fn device_check(name: &'static str, dev: &str, why: &str) -> Check {
+    use nix::unistd::{AccessFlags, access};
+    let outcome = match access(dev, AccessFlags::R_OK | AccessFlags::W_OK) {
+        Ok(()) => Outcome::Pass(format!("{dev} is readable and writable")),
+        Err(e) => fail(
+            format!("{dev} is not usable by this user ({e}); {why} needs it"),
+            format!("sudo chmod 666 {dev}   (or {SETUP})"),
+        ),
+    };
+    Check::new(name, true, outcome)
+}
+
+fn binary_check(name: &'static str, package: &str, why: &str) -> Check {
+    let outcome = match which(name) {
+        Some(p) => Outcome::Pass(p.display().to_string()),
+        None => fail(
+            format!("`{name}` is not on PATH; {why}"),
+            format!("sudo apt-get install {package}"),
+        ),
+    };
+    Check::new(name, true, outcome)
+}
+
+fn storage_check() -> Check {
+    let Some(podman) = which("podman") else {
+        return Check::new("storage driver", true, fail("podman is missing", SETUP));
+    };
+    let outcome = match output(
+        &podman,
+        &["info", "--format", "{{.Store.GraphDriverName}}"],
+        Duration::from_secs(90),
+    ) {
+        Ok(driver) if driver.trim() == "overlay" => Outcome::Pass("overlay".into()),
+        Ok(driver) => fail(
+            format!(
+                "rootless storage uses `{}`: every container start copies the image (seconds instead of 0.3 s)",
+                driver.trim()
+            ),
+            "printf '[storage]\\ndriver = \"overlay\"\\n' > ~/.config/containers/storage.conf && podman system reset --force   (reset deletes your rootless images and containers)",
+        ),
+        Err(e) => fail(e, format!("run `podman info` to see why; {SETUP}")),
+    };
+    Check::new("storage driver", true, outcome)
+}
+
+/// The containers.conf files podman reads, lowest precedence first.
+fn containers_confs(env: &dyn HostEnv) -> Vec<PathBuf> {
+    let mut v = vec![
+        PathBuf::from("/usr/share/containers/containers.conf"),
+        PathBuf::from("/etc/containers/containers.conf"),
+    ];
+    let config_home = env
+        .var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env.home().map(|h| h.join(".config")));
+    if let Some(c) = config_home {
+        v.push(c.join("containers/containers.conf"));
+    }
+    v
+}
+
+/// The effective value of `[section] key` across containers.conf files.
+fn containers_conf_value(env: &dyn HostEnv, section: &str, key: &str) -> Option<toml::Value> {
+    containers_confs(env)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|t| t.parse::<toml::Table>().ok())
+        .filter_map(|t| t.get(section)?.get(key).cloned())
+        .next_back()
+}
+
+/// Parses `name=soft:hard` entries of `default_ulimits`.
+pub fn parse_ulimit(entry: &str) -> Option<(&str, u64, u64)> {
+    let (name, limits) = entry.split_once('=')?;
+    let (soft, hard) = limits.split_once(':').unwrap_or((limits, limits));
+    Some((
+        name.trim(),
+        soft.trim().parse().ok()?,
+        hard.trim().parse().ok()?,
+    ))
+}
+
+fn rlimit_check(env: &dyn HostEnv) -> Check {
+    use nix::sys::resource::{Resource, getrlimit};
+    let fix = "add to /etc/containers/containers.conf: [containers] default_ulimits = [\"nofile=20000:20000\", \"nproc=4096:4096\"]   (values at most your hard limits, `ulimit -Hn` / `ulimit -Hu`)";
+    let entries: Vec<String> = containers_conf_value(env, "containers", "default_ulimits")
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let mut problems = Vec::new();
+    for (name, resource) in [
+        ("nofile", Resource::RLIMIT_NOFILE),
+        ("nproc", Resource::RLIMIT_NPROC),
+    ] {
+        let own_hard = getrlimit(resource).map(|(_, h)| h).unwrap_or(u64::MAX);
+        match entries.iter().filter_map(|e| parse_ulimit(e)).find(|(n, _, _)| *n == name) {
+            None => problems.push(format!("no {name} in default_ulimits: podman would try to raise it and fail without CAP_SYS_RESOURCE")),
+            Some((_, _, hard)) if hard > own_hard => {
+                problems.push(format!("{name} hard limit {hard} is above this session's {own_hard}"));
+            }
+            Some(_) => {}
+        }
+    }
+    let outcome = if problems.is_empty() {
+        Outcome::Pass(entries.join(", "))
+    } else {
+        fail(problems.join("; "), fix)
+    };
+    Check::new("rlimits", true, outcome)
+}
+
+fn cgroup_check(env: &dyn HostEnv) -> Check {
+    let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let runtime = containers_conf_value(env, "engine", "runtime")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "crun".into());
+    let outcome = if unified || runtime == "runc" {
+        Outcome::Pass(format!(
+            "cgroups {}, default runtime {runtime}",
+            if unified { "v2" } else { "v1/hybrid" }
+        ))
+    } else {
+        fail(
+            format!(
+                "cgroups are v1/hybrid and podman's default runtime is {runtime}, which fails there"
+            ),
+            "add to /etc/containers/containers.conf: [engine] runtime = \"runc\"",
+        )
+    };
+    Check::new("oci runtime", true, outcome)
+}
+
+fn helpers_check() -> Check {
+    let missing: Vec<&str> = [SIDECAR_BINARY, ESCALATE_BINARY]
+        .into_iter()
+        .filter(|b| find_helper(b).is_none())
+        .collect();
+    let outcome = if missing.is_empty() {
+        let found: Vec<String> = [SIDECAR_BINARY, ESCALATE_BINARY]
+            .iter()
+            .filter_map(|b| find_helper(b).map(|p| p.display().to_string()))
+            .collect();
+        Outcome::Pass(found.join(", "))
+    } else {
+        fail(
+            format!(
+                "{} not found (looked next to lazaret and in /usr/local/lib/lazaret)",
+                missing.join(" and ")
+            ),
+            SETUP,
+        )
+    };
+    Check::new("helper binaries", true, outcome)
+}
+
+fn user_check() -> Check {
+    let outcome = if nix::unistd::geteuid().is_root() {
+        Outcome::Warn {
+            problem: "running as root: Lazaret is built for rootless podman as your own user"
+                .into(),
+            fix: "run lazaret as your normal user".into(),
+        }
+    } else {
+        Outcome::Pass(format!("uid {}", nix::unistd::geteuid()))
+    };
+    Check::new("rootless", false, outcome)
+}
+
+fn rundir_check(env: &dyn HostEnv) -> Check {
+    let path = RuntimeDir::locate(env);
+    let outcome = match RuntimeDir::ensure(&path) {
+        Ok(_) => Outcome::Pass(format!("{} (0700, yours)", path.display())),
+        Err(e) => fail(e.to_string(), "follow the advice above"),
+    };
+    Check::new("runtime folder", true, outcome)
+}
+
+/// Runs every check, in the order a person would fix them.
+pub fn run(env: &dyn HostEnv) -> Vec<Check> {
+    let uid = nix::unistd::getuid().as_raw();
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name);
+    let mut checks = vec![
+        user_check(),
+        program("podman", "podman", true),
+        program("runc", "runc", true),
+    ];
+    checks.extend(runsc_checks());
+    checks.extend([
+        subid_check("subuid", "/etc/subuid", &user, uid),
+        subid_check("subgid", "/etc/subgid", &user, uid),
+        binary_check(
+            "newuidmap",
+            "uidmap",
+            "rootless podman maps user ids with it",
+        ),
+        binary_check(
+            "slirp4netns",
+            "slirp4netns",
+            "the Network Sidecar's user-mode network uses it",
+        ),
+        binary_check(
+            "fuse-overlayfs",
+            "fuse-overlayfs",
+            "the State Anchor overlay uses it",
+        ),
+        device_check("/dev/fuse", "/dev/fuse", "fuse-overlayfs (State Anchor)"),
+        device_check(
+            "/dev/net/tun",
+            "/dev/net/tun",
+            "slirp4netns (Network Sidecar)",
+        ),
+        cgroup_check(env),
+        rlimit_check(env),
+        storage_check(),
+        program("git", "git", true),
+        helpers_check(),
+        rundir_check(env),
+    ]);
+    checks
+}
+
+/// The report as printed, and whether a required check failed.
+pub fn report(checks: &[Check]) -> (String, bool) {
+    let mut out = String::new();
+    let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in checks {
+        let (mark, text, fix) = match &c.outcome {
+            Outcome::Pass(s) => ("ok  ", s.as_str(), None),
+            Outcome::Warn { problem, fix } => ("warn", problem.as_str(), Some(fix)),
+            Outcome::Fail { problem, fix } => (
+                if c.required { "FAIL" } else { "warn" },
+                problem.as_str(),
+                Some(fix),
+            ),
+        };
+        let _ = writeln!(out, "{mark}  {:width$}  {text}", c.name);
+        if let Some(fix) = fix {
+            let _ = writeln!(out, "      {:width$}  fix: {fix}", "");
+        }
+    }
+    let failed = checks.iter().filter(|c| c.failed() && c.required).count();
+    let _ = if failed == 0 {
+        writeln!(
+            out,
+            "\nall {} checks passed: this host can run Lazaret",
+            checks.len()
+        )
+    } else {
+        writeln!(
+            out,
+            "\n{failed} of {} checks failed: fix them and run `lazaret doctor` again",
+            checks.len()
+        )
+    };
+    (out, failed > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runsc_dates() {
+        assert_eq!(
+            runsc_build_date("runsc version 0.0~20240729.0\nspec: 1.0.2-dev"),
+            Some(20240729)
+        );
+        assert_eq!(
+            runsc_build_date("runsc version release-20221212.0"),
+            Some(20221212)
+        );
+        assert_eq!(runsc_build_date("runsc version unknown"), None);
+    }
+
+    #[test]
+    fn subids() {
+        let f = "alice:100000:65536\n1001:165536:65536\nbob:231072:1000\n";
+        assert_eq!(subid_count(f, "alice", 1000), 65536);
+        assert_eq!(subid_count(f, "carol", 1001), 65536);
+        assert_eq!(subid_count(f, "bob", 1002), 1000);
+        assert_eq!(subid_count(f, "dave", 1003), 0);
+    }
+
+    #[test]
+    fn ulimits() {
+        assert_eq!(
+            parse_ulimit("nofile=20000:20000"),
+            Some(("nofile", 20000, 20000))
+        );
+        assert_eq!(parse_ulimit("nproc=4096"), Some(("nproc", 4096, 4096)));
+        assert_eq!(parse_ulimit("junk"), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! The Domain Anchor (spec §4.3.1): the pairing of one agent profile with one
+//! canonical workspace, and every host resource named after it.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::rundir::RuntimeDir;
+
+/// Spec §3.2.3 (1): `^[a-z0-9_-]{2,32}$`, checked byte by byte so no Unicode
+/// look-alike or normalisation trick gets through.
+pub fn validate_profile_name(name: &str) -> Result<(), String> {
+    let ok_len = (2..=32).contains(&name.len());
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok_len && ok_chars {
+        Ok(())
+    } else {
+        Err(format!(
+            "security: profile name `{}` is not allowed: use 2 to 32 characters from a-z, 0-9, `_` and `-`",
+            name.escape_debug()
+        ))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error("{0}")]
+    ProfileName(String),
+    #[error("workspace `{path}` cannot be used: {source}")]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("workspace `{0}` is not a folder")]
+    NotADirectory(PathBuf),
+    #[error("workspace path `{0}` is not valid UTF-8; the Domain Anchor hashes UTF-8 text")]
+    NotUtf8(PathBuf),
+}
+
+/// One (profile, canonical workspace) pair and its 12-hex-digit hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainAnchor {
+    profile: String,
+    workspace: PathBuf,
+    hash: String,
+}
+
+impl DomainAnchor {
+    /// Canonicalises `workspace` (it must be an existing folder) and hashes
+    /// `"<profile>:<canonical path>"`.
+    pub fn new(profile: &str, workspace: &Path) -> Result<Self, DomainError> {
+        validate_profile_name(profile).map_err(DomainError::ProfileName)?;
+        let canonical = workspace
+            .canonicalize()
+            .map_err(|source| DomainError::Workspace {
+                path: workspace.to_path_buf(),
+                source,
+            })?;
+        if !canonical.is_dir() {
+            return Err(DomainError::NotADirectory(canonical));
+        }
+        let text = canonical
+            .to_str()
+            .ok_or_else(|| DomainError::NotUtf8(canonical.clone()))?;
+        let hash = domain_hash(profile, text);
+        Ok(DomainAnchor {
+            profile: profile.to_string(),
+            workspace: canonical,
+            hash,
+        })
+    }
+
+    pub fn profile(&self) -> &str {
+        &self.profile
+    }
+
+    /// The canonical workspace path.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The `domain_hash`: first 12 hex digits of the SHA-256.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// `{data_root}/domains/{hash}`
+    pub fn domain_root(&self, data_root: &Path) -> PathBuf {
+        data_root.join("domains").join(&self.hash)
+    }
+
+    /// The Agent Sandbox container: `lazaret-coord-{hash}` (spec §4.3.1).
+    pub fn sandbox_name(&self) -> String {
+        format!("lazaret-coord-{}", self.hash)
+    }
+
+    /// The Network Sidecar container of this domain.
+    pub fn sidecar_name(&self) -> String {
+        format!("lazaret-sidecar-{}", self.hash)
+    }
+
+    /// The agent's own branch (decisions.md D1).
+    pub fn agent_branch(&self) -> String {
+        format!("lazaret/agent-{}", self.profile)
+    }
+
+    pub fn control_socket(&self, rundir: &RuntimeDir) -> PathBuf {
+        rundir
+            .path()
+            .join(format!("lazaret_coord_{}.sock", self.hash))
+    }
+
+    pub fn lock_file(&self, rundir: &RuntimeDir) -> PathBuf {
+        rundir
+            .path()
+            .join(format!("lazaret_coord_{}.lock", self.hash))
+    }
+
+    /// Trust Anchor material; the runtime folder is memory-backed when it is
+    /// `$XDG_RUNTIME_DIR` (decisions.md D4).
+    pub fn certs_dir(&self, rundir: &RuntimeDir) -> PathBuf {
+        rundir.path().join(format!("certs_{}", self.hash))
+    }
+
+    /// The folder holding this domain's Escalation Socket; mounted as a
+    /// folder so a restarted server is seen (environment notes).
+    pub fn escalation_dir(&self, socket_dir: &Path) -> PathBuf {
+        socket_dir.join(&self.hash)
+    }
+}
+
+/// SHA-256 of `"<profile>:<workspace>"`, first 12 hex digits.
+pub fn domain_hash(profile: &str, canonical_workspace: &str) -> String {
+    let digest = Sha256::digest(format!("{profile}:{canonical_workspace}").as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every derived host path and name of a domain, for `lazaret domain`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DomainPaths {
+    pub profile: String,
+    pub workspace: PathBuf,
+    pub domain_hash: String,
+    pub domain_root: PathBuf,
+    pub usr_changes: PathBuf,
+    pub usr_work: PathBuf,
+    pub usr_merged: PathBuf,
+    pub state_store: PathBuf,
+    pub coordinator_log: PathBuf,
+    pub control_socket: PathBuf,
+    pub lock_file: PathBuf,
+    pub certs_dir: PathBuf,
+    pub escalation_dir: PathBuf,
+    pub sandbox_container: String,
+    pub sidecar_container: String,
+    pub agent_branch: String,
+}
+
+impl DomainPaths {
+    pub fn new(
+        anchor: &DomainAnchor,
+        data_root: &Path,
+        socket_dir: &Path,
+        rundir: &RuntimeDir,
+    ) -> Self {
+        let root = anchor.domain_root(data_root);
+        DomainPaths {
+            profile: anchor.profile().to_string(),
+            workspace: anchor.workspace().to_path_buf(),
+            domain_hash: anchor.hash().to_string(),
+            usr_changes: root.join("usr_changes"),
+            usr_work: root.join("usr_work"),
+            usr_merged: root.join("usr_merged"),
+            state_store: root.join("state.redb"),
+            coordinator_log: root.join("coordinator.log"),
+            domain_root: root,
+            control_socket: anchor.control_socket(rundir),
+            lock_file: anchor.lock_file(rundir),
+            certs_dir: anchor.certs_dir(rundir),
+            escalation_dir: anchor.escalation_dir(socket_dir),
+            sandbox_container: anchor.sandbox_name(),
+            sidecar_container: anchor.sidecar_name(),
+            agent_branch: anchor.agent_branch(),
+        }
+    }
+}

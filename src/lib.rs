@@ -1,0 +1,13 @@
+//! Lazaret: rootless, gVisor-sandboxed containers for AI coding agents, with
+//! human-approved Host Escalation.
+//!
+//! This library is the core; it knows nothing of the terminal UI. Modules are
+//! named after the specification's glossary.
+
+pub mod cli;
+pub mod config;
+pub mod doctor;
+pub mod domain;
+pub mod host;
+pub mod install;
+pub mod rundir;

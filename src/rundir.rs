@@ -1,0 +1,113 @@
+//! The private per-user runtime folder holding control sockets, lock files and
+//! Trust Anchor material (decisions.md D4): mode 0700, owned by the user,
+//! never a symlink.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::host::HostEnv;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeDirError {
+    #[error("cannot create the runtime folder {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "security: the runtime folder {0} is a symlink; Lazaret does not follow it. Remove it (rm {0}) and retry"
+    )]
+    Symlink(PathBuf),
+    #[error("security: the runtime folder {0} is not a folder; remove it and retry")]
+    NotADirectory(PathBuf),
+    #[error(
+        "security: the runtime folder {path} belongs to uid {owner}, not to you (uid {uid}); someone else may be intercepting Lazaret's sockets. Remove it as its owner or choose another XDG_RUNTIME_DIR"
+    )]
+    Owner { path: PathBuf, owner: u32, uid: u32 },
+    #[error(
+        "security: the runtime folder {path} has mode {mode:03o}, so others can reach Lazaret's sockets; run `chmod 700 {path}`"
+    )]
+    Mode { path: PathBuf, mode: u32 },
+}
+
+/// A checked private runtime folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeDir {
+    path: PathBuf,
+}
+
+impl RuntimeDir {
+    /// Where the folder is: `$XDG_RUNTIME_DIR/lazaret` when that variable
+    /// names a private folder of this user, else `/tmp/lazaret-{uid}`.
+    pub fn locate(env: &dyn HostEnv) -> PathBuf {
+        let uid = nix::unistd::geteuid().as_raw();
+        let usable = |p: &Path| {
+            p.is_absolute()
+                && std::fs::symlink_metadata(p)
+                    .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+        };
+        match env.var("XDG_RUNTIME_DIR").map(PathBuf::from) {
+            // A variable inherited across `su`/`runuser` names someone else's
+            // folder: fall back rather than fail.
+            Some(xdg) if usable(&xdg) => xdg.join("lazaret"),
+            _ => PathBuf::from(format!("/tmp/lazaret-{uid}")),
+        }
+    }
+
+    /// The folder at `path` without creating it: only a path to print.
+    pub fn unchecked(path: PathBuf) -> Self {
+        RuntimeDir { path }
+    }
+
+    /// Creates the folder if needed (mode 0700) and checks it: not a
+    /// symlink, a folder, owned by this user, no access for others.
+    pub fn ensure(path: &Path) -> Result<Self, RuntimeDirError> {
+        match std::fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                // A dangling symlink makes mkdir fail with EEXIST too; any
+                // other error is reported as it is.
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(RuntimeDirError::Symlink(path.to_path_buf()));
+                }
+                return Err(RuntimeDirError::Create {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+        let meta = std::fs::symlink_metadata(path).map_err(|source| RuntimeDirError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.file_type().is_symlink() {
+            return Err(RuntimeDirError::Symlink(path.to_path_buf()));
+        }
+        if !meta.is_dir() {
+            return Err(RuntimeDirError::NotADirectory(path.to_path_buf()));
+        }
+        let uid = nix::unistd::geteuid().as_raw();
+        if meta.uid() != uid {
+            return Err(RuntimeDirError::Owner {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                uid,
+            });
+        }
+        let mode = meta.mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(RuntimeDirError::Mode {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        Ok(RuntimeDir {
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

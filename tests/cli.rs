@@ -1,0 +1,169 @@
+//! The `lazaret` binary's configuration commands, run as the user who would
+//! run them, against real files.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{STANDARD_PATH, Scratch, lazaret, text};
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("example.toml")
+}
+
+#[test]
+fn example_toml_passes_config_check() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write("example.toml", &std::fs::read_to_string(example()).unwrap());
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", cfg.to_str().unwrap(), "config", "check"],
+    )
+    .output()
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.starts_with("configuration is valid"), "{stdout}");
+    assert!(
+        stdout.contains("profiles: aider, claude, codex"),
+        "{stdout}"
+    );
+    // Forwarded variables that are unset are warned about, not fatal here.
+    assert!(
+        stdout.contains(
+            "warning: profile claude: forwards $ANTHROPIC_API_KEY, which is not set here"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn config_check_reports_every_problem_with_its_location() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write(
+        "bad.toml",
+        "[storage]\ndata_root = \"/tmp/x/../y\"\n[network]\ndefault_allow = [\"1.2.3.4/8\"]\ndefault_deny = []\n\
+         [escalation]\nenabled = true\nsocket_dir = \"/tmp/s\"\nauto_approve = [\"git log\"]\n[profiles.ok]\nimage = \"i\"\n",
+    );
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", cfg.to_str().unwrap(), "config", "check"],
+    )
+    .output()
+    .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let f = cfg.display();
+    assert!(
+        stderr.contains("3 problems in the configuration:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{f}:2:13: storage.data_root: security:")),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("{f}:4:18: network.default_allow[0]: `1.2.3.4/8` has host bits set; did you mean 1.0.0.0/8?")), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{f}:9:17: escalation.auto_approve[0]: `git` can run arbitrary"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn syntax_errors_name_file_line_and_column() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    s.write("ws/lazaret.toml", "[storage]\ndata_root = /no/quotes\n");
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "check"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.starts_with(&format!(
+            "lazaret: {}:2:13: ",
+            ws.join("lazaret.toml").display()
+        )),
+        "{stderr}"
+    );
+}
+
+/// `config show` prints the merged result and, per value, the file and line
+/// that set it: the user file, overridden key by key by ./lazaret.toml.
+#[test]
+fn config_show_names_the_origin_of_each_value() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let user = s.write(
+        "home/.config/lazaret/config.toml",
+        &std::fs::read_to_string(example()).unwrap(),
+    );
+    let local = s.write(
+        "ws/lazaret.toml",
+        "# local override\n[profiles.claude]\nimage = \"localhost/mine:1\"\n",
+    );
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "show"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "image = \"localhost/mine:1\"  # {}:3",
+            local.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("command = \"claude\"  # {}:", user.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "# storage root:       {}/.local/share/lazaret",
+            home.display()
+        )),
+        "{stdout}"
+    );
+    // The round trip: what `show` prints (less comments) is itself valid.
+    let shown = s.write("shown.toml", &stdout);
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", shown.to_str().unwrap(), "config", "check"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let s = Scratch::new();
+    let out = lazaret(&s.path(), &s.path(), STANDARD_PATH, &["--help"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert!(out.status.success());
+    for needle in [
+        "config",
+        "domain",
+        "doctor",
+        "~/.config/lazaret/config.toml",
+    ] {
+        assert!(stdout.contains(needle), "--help lacks {needle}:\n{stdout}");
+    }
+}
