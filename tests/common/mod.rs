@@ -145,7 +145,11 @@ pub fn lazaret(home: &Path, cwd: &Path, path_var: &str, args: &[&str]) -> Comman
     }
     let mut cmd = match test_user() {
         Some(u) => {
-            let mut c = Command::new("runuser");
+            let runuser = ["/usr/sbin/runuser", "/sbin/runuser"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .unwrap_or("runuser");
+            let mut c = Command::new(runuser);
             c.args(["-u", &u.name, "--", "env", "-i"]);
             c.arg(format!("USER={}", u.name));
             c.arg(format!("LOGNAME={}", u.name));
