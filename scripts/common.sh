@@ -18,3 +18,13 @@ find_cargo() {
   [ -z "$c" ] && [ "$user" = "$(id -un)" ] && c=$(command -v cargo || true)
   [ -n "$c" ] && printf '%s\n' "$c"
 }
+
+# Runs a command as USER with a clean login-like environment (HOME, PATH of
+# that user), as podman needs: runuser alone keeps the caller's HOME.
+as_login_user() {
+  local user=$1 home; shift
+  home=$(getent passwd "$user" | cut -d: -f6)
+  if [ "$(id -un)" = "$user" ]; then "$@"; return; fi
+  (cd / && runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user" LANG=C.UTF-8 \
+    PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin "$@")
+}

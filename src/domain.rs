@@ -28,10 +28,10 @@ pub fn validate_profile_name(name: &str) -> Result<(), String> {
 pub enum DomainError {
     #[error("{0}")]
     ProfileName(String),
-    #[error("workspace `{path}` cannot be used: {source}")]
+    #[error("workspace `{path}` cannot be used: {error}")]
     Workspace {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("workspace `{0}` is not a folder")]
     NotADirectory(PathBuf),
@@ -54,9 +54,9 @@ impl DomainAnchor {
         validate_profile_name(profile).map_err(DomainError::ProfileName)?;
         let canonical = workspace
             .canonicalize()
-            .map_err(|source| DomainError::Workspace {
+            .map_err(|error| DomainError::Workspace {
                 path: workspace.to_path_buf(),
-                source,
+                error,
             })?;
         if !canonical.is_dir() {
             return Err(DomainError::NotADirectory(canonical));
@@ -116,6 +116,13 @@ impl DomainAnchor {
         rundir
             .path()
             .join(format!("lazaret_coord_{}.lock", self.hash))
+    }
+
+    /// Held by the live Session Coordinator for its whole life.
+    pub fn owner_lock(&self, rundir: &RuntimeDir) -> PathBuf {
+        rundir
+            .path()
+            .join(format!("lazaret_coord_{}.owner", self.hash))
     }
 
     /// Trust Anchor material; the runtime folder is memory-backed when it is

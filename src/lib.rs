@@ -6,8 +6,11 @@
 
 pub mod cli;
 pub mod config;
+pub mod coordinator;
 pub mod doctor;
 pub mod domain;
+pub mod engine;
+pub mod git_sentry;
 pub mod host;
 pub mod install;
 pub mod rundir;

@@ -9,10 +9,10 @@ use crate::host::HostEnv;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeDirError {
-    #[error("cannot create the runtime folder {path}: {source}")]
+    #[error("cannot create the runtime folder {path}: {error}")]
     Create {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "security: the runtime folder {0} is a symlink; Lazaret does not follow it. Remove it (rm {0}) and retry"
@@ -65,7 +65,7 @@ impl RuntimeDir {
         match std::fs::DirBuilder::new().mode(0o700).create(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
+            Err(error) => {
                 // A dangling symlink makes mkdir fail with EEXIST too; any
                 // other error is reported as it is.
                 if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -73,13 +73,13 @@ impl RuntimeDir {
                 }
                 return Err(RuntimeDirError::Create {
                     path: path.to_path_buf(),
-                    source,
+                    error,
                 });
             }
         }
-        let meta = std::fs::symlink_metadata(path).map_err(|source| RuntimeDirError::Create {
+        let meta = std::fs::symlink_metadata(path).map_err(|error| RuntimeDirError::Create {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         if meta.file_type().is_symlink() {
             return Err(RuntimeDirError::Symlink(path.to_path_buf()));

@@ -4,17 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::{STANDARD_PATH, Scratch, lazaret, test_user, text};
-
-/// The real home of the user running Lazaret (its podman storage lives there).
-fn home() -> PathBuf {
-    match test_user() {
-        Some(u) => u.home.clone(),
-        None => PathBuf::from(std::env::var("HOME").expect("HOME")),
-    }
-}
+use common::{STANDARD_PATH, Scratch, lazaret, text, user_home as home};
 
 #[test]
 fn all_checks_pass_on_a_prepared_host() {

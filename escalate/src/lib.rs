@@ -1,10 +1,33 @@
-//! The Host Escalation wire protocol (spec §5.1.2, §5.1.3), shared by the
-//! in-sandbox `lazaret-escalate` client and the Session Coordinator.
+//! The Host Escalation protocol (spec §4.3.5 Step 3, §5; decisions.md D3–D5),
+//! shared by the in-sandbox `lazaret-escalate` client and the host's Session
+//! Coordinator.
 //!
-//! This crate stays small and free of heavy dependencies: its binary is
-//! built static and mounted read-only into every Agent Sandbox.
+//! - [`protocol`]: length-prefixed frames and strictly decoded JSON bodies
+//!   ([`Request`], [`Response`]).
+//! - [`signing`]: the Session Anchor: session keys, per-exec delegated
+//!   credentials, canonical signed bytes and their verification.
+//! - [`trust`]: the Trust Anchor: the in-memory CA, certificates, rustls
+//!   configurations and the post-handshake identity check.
+//! - [`server`]: the host's accept step (handshake, then identity) over tokio.
+//! - [`classify`]: the metacharacter check, shell-words parsing and the
+//!   auto-approve argv-prefix matcher.
+//! - [`client`]: the blocking client used by the binary.
+//!
+//! The binary is built static and mounted read-only into every Agent
+//! Sandbox; code it does not call is dropped at link time.
 
-use serde::{Deserialize, Serialize};
+pub mod classify;
+pub mod client;
+mod hex;
+pub mod protocol;
+pub mod server;
+pub mod signing;
+pub mod trust;
+
+pub use protocol::{Request, Response, Status};
+
+// The crates in the public API, so the host uses exactly these versions.
+pub use {ed25519_dalek, rcgen, rustls, tokio_rustls};
 
 /// Where the Escalation Client and its socket live inside every sandbox.
 pub const SANDBOX_DIR: &str = "/run/lazaret";
@@ -12,52 +35,55 @@ pub const SANDBOX_DIR: &str = "/run/lazaret";
 pub const SOCKET_PATH: &str = "/run/lazaret/escalate.sock";
 /// Trust Anchor client material inside the sandbox (read-only tmpfs).
 pub const CERTS_DIR: &str = "/run/lazaret/certs";
+/// The client binary inside the sandbox.
+pub const BINARY_PATH: &str = "/run/lazaret/escalate";
+/// The agent's guide inside the sandbox; the host writes [`GUIDE`] there.
+pub const GUIDE_PATH: &str = "/run/lazaret/README.md";
+/// The Agent Workspace inside the sandbox; request `cwd`s must lie under it.
+pub const WORKSPACE_DIR: &str = "/workspace";
 
-/// A command request, sandbox to host (spec §5.1.2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Request {
-    pub request_id: String,
-    pub session_id: String,
-    pub profile: String,
-    /// Seconds since the Unix epoch when the client signed (decisions.md D4).
-    pub timestamp: u64,
-    /// Working directory inside the sandbox, under `/workspace`.
-    pub cwd: String,
-    pub command: String,
-    pub justification: String,
-    /// ed25519 signature over the request's canonical bytes, hex.
-    pub signature: String,
+/// Environment variables the client reads. The host sets the session ones
+/// on each `podman exec`, only for that process tree.
+pub mod env {
+    /// The Client Session's id (a canonical lowercase UUID).
+    pub const SESSION_ID: &str = "LAZARET_SESSION_ID";
+    /// The delegated per-exec credential, see
+    /// [`SessionCredential::to_env_value`](crate::signing::SessionCredential::to_env_value).
+    pub const SESSION_CREDENTIAL: &str = "LAZARET_SESSION_CREDENTIAL";
+    /// The sandbox's profile (set on the container by the engine).
+    pub const PROFILE: &str = "LAZARET_PROFILE";
+    /// Overrides [`SOCKET_PATH`](crate::SOCKET_PATH) (tests).
+    pub const SOCKET: &str = "LAZARET_ESCALATION_SOCKET";
+    /// Overrides [`CERTS_DIR`](crate::CERTS_DIR) (tests).
+    pub const CERTS_DIR: &str = "LAZARET_CERTS_DIR";
+    /// Where the agent's guide is; the host may set it to
+    /// [`GUIDE_PATH`](crate::GUIDE_PATH) so agents find it.
+    pub const GUIDE: &str = "LAZARET_GUIDE";
 }
 
-/// The host's answer (spec §5.1.3).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Response {
-    pub request_id: String,
-    pub approved: bool,
-    /// Set only when the command ran.
-    pub exit_code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
+/// The client's exit codes besides the host command's own.
+///
+/// A host command may itself exit with one of these numbers; the client
+/// then prints nothing of its own, while for its own outcomes it always
+/// writes a line starting with `lazaret-escalate:` to stderr.
+pub mod exit {
+    /// Bad command line (sysexits EX_USAGE).
+    pub const USAGE: u8 = 64;
+    /// No answer could be had: socket missing, TLS or identity failure,
+    /// connection dropped, malformed answer (EX_UNAVAILABLE).
+    pub const UNAVAILABLE: u8 = 69;
+    /// The host answered `error`: it refused the request as invalid or
+    /// could not run it; nothing ran (EX_SOFTWARE).
+    pub const HOST_ERROR: u8 = 70;
+    /// A human or the policy denied the request; nothing ran (EX_NOPERM).
+    pub const DENIED: u8 = 77;
+    /// This process has no usable session credential, profile or
+    /// certificates: it was not started by a Lazaret session (EX_CONFIG).
+    pub const NO_CREDENTIAL: u8 = 78;
+    /// `--timeout` passed without an answer (as timeout(1)).
+    pub const TIMEOUT: u8 = 124;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn response_round_trips_and_rejects_unknown_fields() {
-        let r = Response {
-            request_id: "r1".into(),
-            approved: false,
-            exit_code: None,
-            stdout: String::new(),
-            stderr: "denied".into(),
-        };
-        let text = serde_json::to_string(&r).unwrap();
-        assert_eq!(serde_json::from_str::<Response>(&text).unwrap(), r);
-        let extra = text.replacen('{', "{\"admin\":true,", 1);
-        assert!(serde_json::from_str::<Response>(&extra).is_err());
-    }
-}
+/// The guide for agents: printed by `--help`, and written by the host to
+/// [`GUIDE_PATH`].
+pub const GUIDE: &str = include_str!("guide.md");

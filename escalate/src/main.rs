@@ -1,33 +1,178 @@
 //! `lazaret-escalate`: asks the human on the host to run a command there.
+//! Usage and exit codes are in `guide.md` (printed by `--help`).
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
-const HELP: &str = "\
-lazaret-escalate: ask the human on the host to run one command outside this sandbox
+use lazaret_escalate::client::{self, Settings};
+use lazaret_escalate::{Status, classify, exit};
 
-usage: lazaret-escalate [--justify TEXT] -- COMMAND [ARGS...]
+struct Args {
+    justification: String,
+    timeout: Option<Duration>,
+    command: String,
+}
 
-You are inside a Lazaret sandbox: no host files outside /workspace, no network
-unless allowed. A person on the host sees your request, with your
-justification, and may approve, edit or deny it.";
+enum Parsed {
+    Run(Args),
+    Exit(ExitCode),
+}
+
+fn usage_error(msg: &str) -> Parsed {
+    eprintln!("lazaret-escalate: {msg}");
+    eprintln!("usage: lazaret-escalate [--justify TEXT] [--timeout SECS] -- COMMAND [ARGS...]");
+    eprintln!("       lazaret-escalate [--justify TEXT] [--timeout SECS] 'COMMAND STRING'");
+    eprintln!("see lazaret-escalate --help");
+    Parsed::Exit(ExitCode::from(exit::USAGE))
+}
+
+fn parse_timeout(s: &str) -> Option<Option<Duration>> {
+    let secs: f64 = s.parse().ok()?;
+    let d = Duration::try_from_secs_f64(secs).ok()?;
+    Some((!d.is_zero()).then_some(d))
+}
+
+fn parse_args(raw: Vec<String>) -> Parsed {
+    let mut justification = String::new();
+    let mut timeout = None;
+    let mut it = raw.into_iter();
+    let mut words = Vec::new();
+    let mut explicit = false;
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        match name.as_str() {
+            "--" => {
+                explicit = true;
+                words.extend(it.by_ref());
+                break;
+            }
+            "-h" | "--help" => {
+                print!("{}", lazaret_escalate::GUIDE);
+                return Parsed::Exit(ExitCode::SUCCESS);
+            }
+            "--version" => {
+                println!("lazaret-escalate {}", env!("CARGO_PKG_VERSION"));
+                return Parsed::Exit(ExitCode::SUCCESS);
+            }
+            "--justify" | "--timeout" => {
+                let Some(value) = inline.or_else(|| it.next()) else {
+                    return usage_error(&format!("{name} needs a value"));
+                };
+                if name == "--justify" {
+                    justification = value;
+                } else {
+                    match parse_timeout(&value) {
+                        Some(t) => timeout = t,
+                        None => return usage_error(&format!("bad --timeout `{value}`")),
+                    }
+                }
+            }
+            s if s.starts_with('-') && s.len() > 1 => {
+                return usage_error(&format!("unknown option `{s}`"));
+            }
+            _ => {
+                // Options end at the first word: `lazaret-escalate ls -la` works.
+                words.push(arg);
+                words.extend(it.by_ref());
+                break;
+            }
+        }
+    }
+    let command = match words.as_slice() {
+        [] => return usage_error("no command given"),
+        [one] if !explicit => one.clone(),
+        many => classify::join(many),
+    };
+    Parsed::Run(Args {
+        justification,
+        timeout,
+        command,
+    })
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("lazaret-escalate: {msg}");
+    ExitCode::from(code)
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--help" | "-h") => {
-            println!("{HELP}");
-            ExitCode::SUCCESS
+    let mut raw = Vec::new();
+    for a in std::env::args_os().skip(1) {
+        match a.into_string() {
+            Ok(s) => raw.push(s),
+            Err(_) => return fail(exit::USAGE, "arguments must be valid UTF-8"),
         }
-        Some("--version") => {
-            println!("lazaret-escalate {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!(
-                "lazaret-escalate: this Lazaret build has no Host Escalation channel yet; nothing was sent to the host"
+    }
+    let args = match parse_args(raw) {
+        Parsed::Run(a) => a,
+        Parsed::Exit(code) => return code,
+    };
+    let (cred, profile) = match client::credential_from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            return fail(
+                e.exit_code(),
+                format_args!("{e}; run this from a shell that `lazaret` started"),
             );
-            // EX_UNAVAILABLE: the service is not there, the request was not judged.
-            ExitCode::from(69)
         }
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(p) => match p.into_os_string().into_string() {
+            Ok(s) => s,
+            Err(_) => return fail(exit::USAGE, "the current directory is not valid UTF-8"),
+        },
+        Err(e) => return fail(exit::USAGE, format_args!("no current directory: {e}")),
+    };
+    let req = match client::build_request(&cred, &profile, &cwd, &args.command, &args.justification)
+    {
+        Ok(r) => r,
+        Err(e) => return fail(exit::USAGE, format_args!("cannot send this request: {e}")),
+    };
+    let resp = match client::exchange(&Settings::from_env(args.timeout), &req) {
+        Ok(r) => r,
+        Err(e) => return fail(e.exit_code(), e),
+    };
+    match resp.status {
+        Status::Approved => {
+            // Output first, so a reader sees the command's own text before ours.
+            let _ = std::io::stdout().write_all(resp.stdout.as_bytes());
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().write_all(resp.stderr.as_bytes());
+            let notes = resp.edited_command.is_some() || resp.truncated;
+            if notes && !resp.stderr.is_empty() && !resp.stderr.ends_with('\n') {
+                eprintln!();
+            }
+            if let Some(edited) = &resp.edited_command {
+                eprintln!("lazaret-escalate: the human edited the command; what ran: {edited}");
+            }
+            if resp.truncated {
+                eprintln!("lazaret-escalate: the host cut the output short (output limit)");
+            }
+            // Host commands exit 0-255 (128+n for signal n); anything else is
+            // a host fault, reported as a plain failure.
+            ExitCode::from(
+                resp.exit_code
+                    .and_then(|c| u8::try_from(c).ok())
+                    .unwrap_or(1),
+            )
+        }
+        Status::Denied => fail(
+            exit::DENIED,
+            format_args!(
+                "denied; nothing ran: {}",
+                resp.denied_reason.as_deref().unwrap_or("").trim_end()
+            ),
+        ),
+        Status::Error => fail(
+            exit::HOST_ERROR,
+            format_args!(
+                "the host refused or could not run the request; nothing ran: {}",
+                resp.stderr.trim_end()
+            ),
+        ),
     }
 }

@@ -1,44 +1,365 @@
 //! `lazaret-sidecar`: the Network Sidecar's process. It runs as PID 1 of a
 //! `FROM scratch` container under runc and owns the sandbox's network
-//! namespace. This version holds the namespace until it is told to stop;
-//! route management arrives with the netlink router.
+//! namespace; its policy-routing rules are the egress policy (see the
+//! `kernel` module of the library, and sidecar/README.md).
 
+mod error;
+mod rtnl;
+
+use std::io::{Read, Write};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use lazaret_sidecar::kernel::{self, GATEWAY_TABLE, Step};
+use lazaret_sidecar::policy::{Family, Policy};
+use lazaret_sidecar::report::{Gateway, TableReport};
+use nix::sys::signal::{SigSet, Signal};
+
+use error::{Context, Error, Result};
+use rtnl::{DefaultRoute, MAIN_TABLE, Netlink, OwnRule};
+
+const USAGE: &str = "\
+usage: lazaret-sidecar hold
+       lazaret-sidecar serve (--policy JSON | --policy - | --policy-file PATH) [--json] [--gateway-wait-ms MS]
+       lazaret-sidecar apply (--policy JSON | --policy - | --policy-file PATH) [--json]
+       lazaret-sidecar show [--json]
+       lazaret-sidecar --version
+
+Started by Lazaret as the Network Sidecar container; `apply` and `show` are
+run by the host through `podman exec`. `--policy -` reads the JSON from stdin.";
+
+/// How long `serve` waits for a default route to take a gateway from, when
+/// the policy allows something of that family and none is there yet (an
+/// IPv6 router advertisement can come after the container starts).
+const SERVE_GATEWAY_WAIT: Duration = Duration::from_secs(3);
+
+#[derive(Debug)]
+enum Failure {
+    Usage(String),
+    Run(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Run(e)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Options {
+    policy: Option<PolicyInput>,
+    json: bool,
+    gateway_wait: Option<Duration>,
+    positional: Vec<String>,
+}
+
+#[derive(Debug)]
+enum PolicyInput {
+    Inline(String),
+    Stdin,
+    File(String),
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, Failure> {
+        let mut o = Options::default();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut value = |name: &str| {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| Failure::Usage(format!("{name} needs a value")))
+            };
+            match arg.as_str() {
+                "--policy" => {
+                    let v = value("--policy")?;
+                    o.policy = Some(if v == "-" {
+                        PolicyInput::Stdin
+                    } else {
+                        PolicyInput::Inline(v)
+                    });
+                }
+                "--policy-file" => o.policy = Some(PolicyInput::File(value("--policy-file")?)),
+                "--json" => o.json = true,
+                "--gateway-wait-ms" => {
+                    let v = value("--gateway-wait-ms")?;
+                    let ms: u64 = v.parse().map_err(|_| {
+                        Failure::Usage(format!("--gateway-wait-ms takes milliseconds, not `{v}`"))
+                    })?;
+                    o.gateway_wait = Some(Duration::from_millis(ms));
+                }
+                s if s.starts_with('-') && s != "-" => {
+                    return Err(Failure::Usage(format!("unknown option `{s}`")));
+                }
+                _ => o.positional.push(arg.clone()),
+            }
+        }
+        Ok(o)
+    }
+
+    fn no_positional(&self) -> Result<(), Failure> {
+        match self.positional.first() {
+            Some(p) => Err(Failure::Usage(format!("unexpected argument `{p}`"))),
+            None => Ok(()),
+        }
+    }
+
+    fn policy(&self) -> Result<Policy, Failure> {
+        let json = match &self.policy {
+            None => {
+                return Err(Failure::Usage(
+                    "a policy is needed (--policy or --policy-file)".into(),
+                ));
+            }
+            Some(PolicyInput::Inline(s)) => s.clone(),
+            Some(PolicyInput::Stdin) => {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .context("cannot read the policy from stdin")?;
+                s
+            }
+            Some(PolicyInput::File(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the policy file {path}"))?,
+        };
+        Ok(Policy::from_json(&json)?)
+    }
+}
+
+impl From<lazaret_sidecar::PolicyError> for Failure {
+    fn from(e: lazaret_sidecar::PolicyError) -> Failure {
+        Failure::Run(Error::new(e.to_string()))
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--version") => {
+    let (command, rest) = match args.split_first() {
+        Some((c, rest)) => (c.as_str(), rest),
+        None => ("", &[][..]),
+    };
+    let result = match command {
+        "--version" => {
             println!("lazaret-sidecar {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Some("hold") => hold(),
-        _ => {
-            eprintln!(
-                "usage: lazaret-sidecar hold | --version\n\n\
-                 Started by Lazaret as the Network Sidecar container; not meant to be run by hand."
-            );
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        "hold" => Options::parse(rest).and_then(|o| {
+            o.no_positional()?;
+            hold()
+        }),
+        "serve" => Options::parse(rest).and_then(|o| serve(&o)),
+        "apply" => Options::parse(rest).and_then(|o| apply(&o)),
+        "show" => Options::parse(rest).and_then(|o| show(&o)),
+        "" => Err(Failure::Usage("no command given".into())),
+        other => Err(Failure::Usage(format!("unknown command `{other}`"))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("lazaret-sidecar: {msg}\n\n{USAGE}");
             ExitCode::from(2)
+        }
+        Err(Failure::Run(e)) => {
+            eprintln!("lazaret-sidecar: {e}");
+            ExitCode::FAILURE
         }
     }
 }
 
-/// Waits for SIGTERM or SIGINT. As PID 1 a signal without a handler is
-/// ignored, so the signals are blocked and taken with sigwait.
-fn hold() -> ExitCode {
-    use nix::sys::signal::{SigSet, Signal};
+/// Blocks SIGTERM and SIGINT so that they wait for [`wait_for_signal`]: as
+/// PID 1 a signal without a handler is ignored, and blocking them before any
+/// set-up means one sent during it is not lost.
+fn block_signals() -> Result<SigSet> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
-    if let Err(e) = set.thread_block() {
-        eprintln!("lazaret-sidecar: cannot block signals: {e}");
-        return ExitCode::FAILURE;
-    }
-    match set.wait() {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lazaret-sidecar: waiting for a signal failed: {e}");
-            ExitCode::FAILURE
+    set.thread_block().context("cannot block signals")?;
+    Ok(set)
+}
+
+fn wait_for_signal(set: &SigSet) -> Result<()> {
+    set.wait().context("waiting for a signal failed")?;
+    Ok(())
+}
+
+fn hold() -> Result<(), Failure> {
+    let set = block_signals()?;
+    wait_for_signal(&set)?;
+    Ok(())
+}
+
+fn serve(o: &Options) -> Result<(), Failure> {
+    o.no_positional()?;
+    let set = block_signals()?;
+    let policy = o.policy()?;
+    let mut nl = Netlink::open()?;
+    let report = enforce(
+        &mut nl,
+        &policy,
+        o.gateway_wait.unwrap_or(SERVE_GATEWAY_WAIT),
+    )?;
+    print_report(&report, o.json)?;
+    eprintln!(
+        "lazaret-sidecar: policy applied; holding the network namespace until SIGTERM or SIGINT"
+    );
+    wait_for_signal(&set)?;
+    Ok(())
+}
+
+fn apply(o: &Options) -> Result<(), Failure> {
+    o.no_positional()?;
+    let policy = o.policy()?;
+    let mut nl = Netlink::open()?;
+    let report = enforce(&mut nl, &policy, o.gateway_wait.unwrap_or(Duration::ZERO))?;
+    print_report(&report, o.json)?;
+    Ok(())
+}
+
+fn show(o: &Options) -> Result<(), Failure> {
+    o.no_positional()?;
+    let mut nl = Netlink::open()?;
+    let report = read_table(&mut nl)?;
+    print_report(&report, o.json)?;
+    Ok(())
+}
+
+fn print_report(report: &TableReport, json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let text = if json {
+        let line = serde_json::to_string(report).context("cannot encode the table")?;
+        format!("{line}\n")
+    } else {
+        report.to_string()
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("cannot write to stdout")
+}
+
+/// Makes the namespace enforce `policy`, and reports the live table.
+///
+/// 1. The gateway of each family goes into the gateway table, taken from the
+///    main table's default route the first time; later calls find it there
+///    (the sidecar keeps no other state, and its root is read-only).
+/// 2. The rules change in the order of [`kernel::plan`].
+/// 3. The main table's default routes go: nothing consults them any more,
+///    and `ip route` then shows no way out that the rules do not govern.
+fn enforce(nl: &mut Netlink, policy: &Policy, gateway_wait: Duration) -> Result<TableReport> {
+    let mut warnings = Vec::new();
+    for family in Family::BOTH {
+        let needed = policy.allows_any(family);
+        let deadline = Instant::now() + if needed { gateway_wait } else { Duration::ZERO };
+        loop {
+            if !nl.default_routes(family, GATEWAY_TABLE)?.is_empty() {
+                break;
+            }
+            if let Some(route) = preferred(nl.default_routes(family, MAIN_TABLE)?) {
+                let gateway = gateway(nl, family, &route);
+                nl.set_gateway(&gateway)?;
+                break;
+            }
+            if Instant::now() >= deadline {
+                if needed {
+                    warnings.push(format!(
+                        "the namespace has no {family} default route to take a gateway from: \
+                         the allowed {family} prefixes are refused until one appears and the \
+                         policy is applied again"
+                    ));
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
+
+    let mut current = Vec::new();
+    let mut foreign = Vec::new();
+    for family in Family::BOTH {
+        for rule in nl.own_rules(family)? {
+            match rule {
+                OwnRule::Known(r) => current.push(r),
+                OwnRule::Foreign { text, msg } => foreign.push((text, msg)),
+            }
+        }
+    }
+    let desired = kernel::desired(policy);
+    let steps = kernel::plan(&current, &desired);
+    for step in &steps {
+        match step {
+            Step::Add(r) => nl.add_rule(r)?,
+            Step::Delete(r) => nl.delete_rule(r)?,
+        }
+    }
+    for (text, msg) in foreign {
+        nl.delete_foreign_rule(&text, msg)?;
+    }
+    for family in Family::BOTH {
+        for route in nl.default_routes(family, MAIN_TABLE)? {
+            nl.delete_route(route, &format!("the main table's {family} default route"))?;
+        }
+    }
+
+    let mut report = read_table(nl)?;
+    let mut live = report.rules();
+    let mut want = desired;
+    live.sort_unstable();
+    want.sort_unstable();
+    if live != want || !report.foreign.is_empty() {
+        return Err(Error::new(format!(
+            "after applying the policy the kernel's rules differ from it (another apply at \
+             the same time?): missing {:?}, unexpected {:?}, foreign {:?}",
+            want.iter()
+                .filter(|r| !live.contains(r))
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>(),
+            live.iter()
+                .filter(|r| !want.contains(r))
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>(),
+            report.foreign
+        )));
+    }
+    report.changes = steps;
+    report.warnings = warnings;
+    report.explain(policy);
+    Ok(report)
+}
+
+/// The default route the kernel would use: the lowest metric.
+fn preferred(routes: Vec<DefaultRoute>) -> Option<DefaultRoute> {
+    routes.into_iter().min_by_key(|r| r.metric.unwrap_or(0))
+}
+
+fn gateway(nl: &mut Netlink, family: Family, route: &DefaultRoute) -> Gateway {
+    Gateway {
+        family,
+        address: route.gateway,
+        dev: nl.dev_name(route.ifindex),
+        ifindex: route.ifindex,
+    }
+}
+
+fn read_table(nl: &mut Netlink) -> Result<TableReport> {
+    let mut gateways = Vec::new();
+    let mut rules = Vec::new();
+    let mut foreign = Vec::new();
+    for family in Family::BOTH {
+        if let Some(route) = preferred(nl.default_routes(family, GATEWAY_TABLE)?) {
+            gateways.push(gateway(nl, family, &route));
+        }
+        for rule in nl.own_rules(family)? {
+            match rule {
+                OwnRule::Known(r) => rules.push(r),
+                OwnRule::Foreign { text, .. } => foreign.push(text),
+            }
+        }
+    }
+    rules.sort_unstable();
+    let mut report = TableReport::new(gateways, rules);
+    report.foreign = foreign;
+    Ok(report)
 }

@@ -28,10 +28,10 @@ use source::{Layer, Location, Merged};
 /// Errors of the configuration contract.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration file {path}: {source}")]
+    #[error("cannot read configuration file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{location}: {message}")]
     Syntax { location: Location, message: String },
@@ -97,7 +97,18 @@ pub struct LoadOptions {
 
 impl LoadOptions {
     /// The standard hierarchy for this user and folder.
+    ///
+    /// `$LAZARET_USER_CONFIG` replaces the user file's path; set to the empty
+    /// string it skips the user file (for scripts and tests that must not
+    /// depend on the caller's defaults).
     pub fn standard(env: &dyn HostEnv, cwd: &Path, explicit: Option<PathBuf>) -> Self {
+        if let Ok(user) = std::env::var("LAZARET_USER_CONFIG") {
+            return LoadOptions {
+                user_file: (!user.is_empty()).then(|| PathBuf::from(user)),
+                workspace_file: Some(cwd.join("lazaret.toml")),
+                explicit_file: explicit,
+            };
+        }
         let config_home = env
             .var("XDG_CONFIG_HOME")
             .map(PathBuf::from)

@@ -93,9 +93,9 @@ impl Merged {
 
     /// Parses, type-checks and merges one more file over what is there.
     pub fn add_file(&mut self, layer: Layer, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         self.add_text(layer, path, &text)
     }

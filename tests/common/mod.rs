@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod sandbox;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -134,7 +136,30 @@ impl Scratch {
 /// A `lazaret` invocation as the test user, with a clean environment:
 /// `HOME` set to `home`, the given PATH, and `cwd`.
 pub fn lazaret(home: &Path, cwd: &Path, path_var: &str, args: &[&str]) -> Command {
-    let bin = lazaret_bin();
+    lazaret_env(home, cwd, path_var, &[], args)
+}
+
+/// Like [`lazaret`], with extra environment variables.
+pub fn lazaret_env(
+    home: &Path,
+    cwd: &Path,
+    path_var: &str,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> Command {
+    let mut cmd = as_test_user(&lazaret_bin(), home, path_var, extra);
+    cmd.args(args).current_dir(cwd);
+    cmd
+}
+
+/// `program` run as the test user (or as us, unprivileged) with a clean
+/// environment holding HOME, PATH, LANG and `extra`.
+pub fn as_test_user(
+    program: &Path,
+    home: &Path,
+    path_var: &str,
+    extra: &[(&str, &str)],
+) -> Command {
     let mut env: Vec<(String, String)> = vec![
         ("HOME".into(), home.display().to_string()),
         ("PATH".into(), path_var.into()),
@@ -143,7 +168,8 @@ pub fn lazaret(home: &Path, cwd: &Path, path_var: &str, args: &[&str]) -> Comman
     if let Ok(dir) = std::env::var("LAZARET_LIBEXEC_DIR") {
         env.push(("LAZARET_LIBEXEC_DIR".into(), dir));
     }
-    let mut cmd = match test_user() {
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    match test_user() {
         Some(u) => {
             let runuser = ["/usr/sbin/runuser", "/sbin/runuser"]
                 .into_iter()
@@ -156,26 +182,192 @@ pub fn lazaret(home: &Path, cwd: &Path, path_var: &str, args: &[&str]) -> Comman
             for (k, v) in &env {
                 c.arg(format!("{k}={v}"));
             }
-            c.arg(&bin);
+            c.arg(program);
             c
         }
         None => {
-            let mut c = Command::new(&bin);
+            let mut c = Command::new(program);
             c.env_clear();
             c.envs(env);
             c
         }
-    };
-    cmd.args(args).current_dir(cwd);
-    cmd
+    }
+}
+
+/// The real home of the user running Lazaret (its podman storage lives there).
+pub fn user_home() -> PathBuf {
+    match test_user() {
+        Some(u) => u.home.clone(),
+        None => PathBuf::from(std::env::var("HOME").expect("HOME")),
+    }
+}
+
+/// `podman ARGS` as the user running Lazaret; panics when podman cannot run.
+pub fn podman(args: &[&str]) -> Output {
+    let mut c = as_test_user(
+        Path::new("/usr/bin/podman"),
+        &user_home(),
+        STANDARD_PATH,
+        &[],
+    );
+    c.args(args).current_dir("/");
+    c.output().expect("podman runs")
 }
 
 /// The PATH a normal user's shell has on Debian.
 pub const STANDARD_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// `git ARGS` in `dir` as the user running Lazaret (the repository is
+/// theirs; git refuses other owners' repositories). Panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let git = ["/usr/local/bin/git", "/usr/bin/git"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("git is installed");
+    let mut c = as_test_user(
+        Path::new(git),
+        &user_home(),
+        STANDARD_PATH,
+        &[("GIT_OPTIONAL_LOCKS", "0")],
+    );
+    c.arg("-C").arg(dir).args(args);
+    let out = c.output().expect("git runs");
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "git {args:?} failed: {e}");
+    o
+}
 
 pub fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A private tmux server (own socket) run as the test user, for driving
+/// terminal programs end to end; killed on drop.
+pub struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// Starts `command` (a shell command line) in a detached session of
+    /// `cols`x`rows`, in `cwd`, with `env` set.
+    pub fn start(cwd: &Path, cols: u16, rows: u16, env: &[(&str, &str)], command: &str) -> Tmux {
+        let socket = format!(
+            "lazaret-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let t = Tmux { socket };
+        let mut exports = String::new();
+        for (k, v) in env {
+            exports.push_str(&format!("export {k}={}; ", shell_quote(v)));
+        }
+        let script = format!(
+            "cd {} && {exports}exec {command}",
+            shell_quote(&cwd.display().to_string())
+        );
+        let out = t
+            .cmd(&[
+                "new-session",
+                "-d",
+                "-x",
+                &cols.to_string(),
+                "-y",
+                &rows.to_string(),
+                "sh",
+                "-c",
+                &script,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tmux: {}", text(&out).1);
+        t
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = as_test_user(
+            Path::new("/usr/bin/tmux"),
+            &user_home(),
+            STANDARD_PATH,
+            &[("TERM", "xterm-256color")],
+        );
+        c.args(["-L", &self.socket]).args(args);
+        c
+    }
+
+    /// Types `keys` (tmux key names or literal text with `literal`).
+    pub fn send(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "0"];
+        args.extend_from_slice(keys);
+        let out = self.cmd(&args).output().unwrap();
+        assert!(out.status.success(), "send-keys: {}", text(&out).1);
+    }
+
+    /// Types `s` literally, then Enter.
+    pub fn line(&self, s: &str) {
+        self.send(&["-l", s]);
+        self.send(&["Enter"]);
+    }
+
+    /// The visible screen as text.
+    pub fn screen(&self) -> String {
+        let out = self
+            .cmd(&["capture-pane", "-p", "-t", "0"])
+            .output()
+            .unwrap();
+        text(&out).0
+    }
+
+    /// Polls the screen until `pred` holds (deadline `secs`); returns it.
+    pub fn wait_for(&self, secs: u64, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    pub fn resize(&self, cols: u16, rows: u16) {
+        let out = self
+            .cmd(&[
+                "resize-window",
+                "-t",
+                "0",
+                "-x",
+                &cols.to_string(),
+                "-y",
+                &rows.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "resize: {}", text(&out).1);
+    }
+
+    /// `true` while the session's program still runs.
+    pub fn alive(&self) -> bool {
+        self.cmd(&["has-session", "-t", "0"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).output();
+    }
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -1,4 +1,24 @@
 //! ratatui widgets for Lazaret's workbench. This crate depends only on the
-//! terminal libraries, never on Lazaret's core.
+//! terminal libraries (ratatui, vt100, ratatui-textarea), never on Lazaret's
+//! core: every widget draws plain data it is given.
+//!
+//! - [`pane`]: the terminal pane of a Client Session (a vt100 screen drawn
+//!   into a ratatui buffer) and the state shared with its PTY reader thread;
+//! - [`keys`]: crossterm key, paste and mouse events encoded as the bytes a
+//!   real terminal would send to the child;
+//! - [`modal`]: the approval modal for a Host Escalation request and its
+//!   command editor;
+//! - [`panels`]: sessions, network policy, escalation queue, audit trail,
+//!   tab bar, status line and help overlay;
+//! - [`visible`]: hostile text made visible before a human reads it.
 
+pub mod keys;
+pub mod modal;
+pub mod pane;
+pub mod panels;
 pub mod visible;
+
+mod layout;
+
+/// The vt100 this crate draws, so the app names the same version.
+pub use vt100;

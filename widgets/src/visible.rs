@@ -20,8 +20,59 @@ fn placeholder(c: char) -> Option<String> {
         | '\u{2060}'..='\u{2064}'
         | '\u{2066}'..='\u{2069}'
         | '\u{FEFF}' => Some(format!("<U+{:04X}>", c as u32)),
+        // Also invisible or layout-changing: soft hyphen, grapheme joiner,
+        // Arabic letter mark, blank fillers, line/paragraph separators,
+        // deprecated format characters, variation selectors and the tag
+        // block (used to smuggle hidden ASCII).
+        '\u{00AD}'
+        | '\u{034F}'
+        | '\u{061C}'
+        | '\u{115F}'
+        | '\u{1160}'
+        | '\u{17B4}'
+        | '\u{17B5}'
+        | '\u{180E}'
+        | '\u{2028}'
+        | '\u{2029}'
+        | '\u{206A}'..='\u{206F}'
+        | '\u{3164}'
+        | '\u{FE00}'..='\u{FE0F}'
+        | '\u{FFA0}'
+        | '\u{E0000}'..='\u{E007F}'
+        | '\u{E0100}'..='\u{E01EF}' => Some(format!("<U+{:04X}>", c as u32)),
         _ => None,
     }
+}
+
+/// One run of text as it should be shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Characters shown as they are.
+    Text(String),
+    /// The visible stand-in for one invisible or controlling character; a
+    /// widget styles it apart so it cannot pass for literal text.
+    Placeholder(String),
+}
+
+/// `text` split into literal runs and placeholders, in order.
+pub fn visible_pieces(text: &str) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    for c in text.chars() {
+        match placeholder(c) {
+            Some(p) => {
+                if !literal.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut literal)));
+                }
+                pieces.push(Piece::Placeholder(p));
+            }
+            None => literal.push(c),
+        }
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Text(literal));
+    }
+    pieces
 }
 
 /// `text` with every invisible or controlling character replaced by a
@@ -29,13 +80,13 @@ fn placeholder(c: char) -> Option<String> {
 pub fn make_visible(text: &str) -> (String, bool) {
     let mut out = String::with_capacity(text.len());
     let mut replaced = false;
-    for c in text.chars() {
-        match placeholder(c) {
-            Some(p) => {
+    for piece in visible_pieces(text) {
+        match piece {
+            Piece::Text(t) => out.push_str(&t),
+            Piece::Placeholder(p) => {
                 out.push_str(&p);
                 replaced = true;
             }
-            None => out.push(c),
         }
     }
     (out, replaced)
@@ -67,5 +118,25 @@ mod tests {
     #[test]
     fn c1_controls_become_visible() {
         assert_eq!(make_visible("a\u{9b}b").0, "a<U+009B>b");
+    }
+
+    #[test]
+    fn fillers_separators_and_tags_become_visible() {
+        let (s, r) = make_visible("a\u{2028}b\u{E0041}\u{3164}\u{AD}c");
+        assert!(r);
+        assert_eq!(s, "a<U+2028>b<U+E0041><U+3164><U+00AD>c");
+    }
+
+    #[test]
+    fn pieces_mark_placeholders_apart_from_literal_text() {
+        assert_eq!(
+            visible_pieces("a\u{1b}[1m␛b"),
+            vec![
+                Piece::Text("a".into()),
+                Piece::Placeholder("␛".into()),
+                Piece::Text("[1m␛b".into()),
+            ]
+        );
+        assert!(visible_pieces("").is_empty());
     }
 }

@@ -1,0 +1,443 @@
+//! The policy pipeline's first half (spec §5.2, §5.2.1; decisions.md D5):
+//! character check, then shell-words parsing, then the auto-approve
+//! argv-prefix match. [`classify`] returns a [`Decision`].
+//!
+//! # Characters that force a human
+//!
+//! A command containing any of these never auto-approves, and if a human
+//! approves it, it runs through the host shell (`via_shell`), because the
+//! agent wrote shell syntax and a human approved shell syntax:
+//!
+//! - spec §5.2.1: `;` `|` `&` `$` (so `$(`, `${`, `$VAR`, `$[`) `(` `)`
+//!   `` ` `` `>` `<` newline, carriage return, backslash;
+//! - globs and brace expansion `*` `?` `[` `]` `{` `}`: a shell would
+//!   expand them against agent-written file names (a file named `-rf` or
+//!   `--pre=cmd` becomes an option the prefix match never saw);
+//! - `~` (expands to the *host* home), `#` (starts a comment, so what runs
+//!   differs from what is shown), `!` (negation, history expansion);
+//! - every control character (C0 including NUL, TAB and ESC, DEL, C1);
+//! - hidden characters: bidi controls, zero-width and other format
+//!   characters, non-ASCII spaces and separators, variation selectors, tag
+//!   characters, private-use characters and noncharacters. They make the
+//!   command a human reads differ from the one that runs.
+//!
+//! Quotes `'` and `"` do not force a human: resolving them is what the
+//! shell-words parser is for, and every character that is special inside
+//! double quotes (`$`, `` ` ``, `\`) is already in the list.
+//!
+//! # Matching
+//!
+//! The command is split with `shell_words` (POSIX quoting, no expansion);
+//! for strings free of the characters above it agrees with `sh` (tested
+//! differentially). A request auto-approves when some whitelist entry's
+//! argv is a prefix of the request's argv, compared element by element
+//! with whole-string equality: entry `ls` approves `ls`, `ls -la` and
+//! `ls /tmp`, but never `lsblk`; entry `ls -la` approves `ls -la` and
+//! `ls -la src` but not `ls -laR` nor `ls -l -a`. Arguments after the
+//! entry's are allowed, as the spec says, which is why entries naming
+//! programs that can run code (`find -exec`, `git`, shells, ...) are
+//! refused when the configuration loads.
+//!
+//! argv\[0\] must be a bare name: a request whose argv\[0\] contains `/`
+//! never auto-approves, and one containing `=` is a shell assignment. The
+//! entry's program is resolved once, on [`TRUSTED_PATH`], and the request
+//! runs that file.
+
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// Where whitelisted programs are looked up; never the agent's PATH.
+pub const TRUSTED_PATH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// Why a character forces a human.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CharClass {
+    /// Shell syntax (see the module documentation).
+    Metacharacter,
+    /// A control character.
+    Control,
+    /// A character that is invisible or changes how text is laid out.
+    Hidden,
+}
+
+/// Shell syntax characters (the newline and carriage return of §5.2.1 are
+/// here, not under control characters, to name them as the spec does).
+pub fn is_shell_metacharacter(c: char) -> bool {
+    matches!(
+        c,
+        ';' | '|'
+            | '&'
+            | '$'
+            | '('
+            | ')'
+            | '`'
+            | '>'
+            | '<'
+            | '\\'
+            | '\n'
+            | '\r'
+            | '*'
+            | '?'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '~'
+            | '#'
+            | '!'
+    )
+}
+
+/// Invisible or layout-changing characters: Unicode format characters
+/// (Cf: bidi controls, zero-width characters, ...), other default-ignorable
+/// code points, non-ASCII spaces and separators, private-use characters
+/// and noncharacters.
+pub fn is_hidden_character(c: char) -> bool {
+    matches!(
+        c,
+        // Format characters (Cf).
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E007F}'
+            // Other default-ignorables: grapheme joiner, fillers,
+            // Mongolian selectors, variation selectors.
+            | '\u{034F}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FFA0}'
+            | '\u{E0100}'..='\u{E01EF}'
+            // Spaces and separators other than the ASCII space.
+            | '\u{00A0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200A}'
+            | '\u{2028}'..='\u{2029}'
+            | '\u{202F}'
+            | '\u{205F}'
+            | '\u{3000}'
+            // Private use: renders as anything.
+            | '\u{E000}'..='\u{F8FF}'
+            | '\u{F0000}'..='\u{10FFFF}'
+            // Noncharacters.
+            | '\u{FDD0}'..='\u{FDEF}'
+    ) || (u32::from(c) & 0xFFFE) == 0xFFFE
+}
+
+/// The class of `c` if it forces a human.
+pub fn forcing_class(c: char) -> Option<CharClass> {
+    if is_shell_metacharacter(c) {
+        Some(CharClass::Metacharacter)
+    } else if c.is_control() {
+        Some(CharClass::Control)
+    } else if is_hidden_character(c) {
+        Some(CharClass::Hidden)
+    } else {
+        None
+    }
+}
+
+/// The first character of `s` that forces a human: byte offset, character
+/// and class.
+pub fn first_forcing(s: &str) -> Option<(usize, char, CharClass)> {
+    s.char_indices()
+        .find_map(|(i, c)| forcing_class(c).map(|k| (i, c, k)))
+}
+
+/// `s` contains a character that forces a human.
+pub fn has_forcing_characters(s: &str) -> bool {
+    first_forcing(s).is_some()
+}
+
+/// Splits a command into argv with POSIX quoting and no expansions.
+pub fn split(command: &str) -> Result<Vec<String>, shell_words::ParseError> {
+    shell_words::split(command)
+}
+
+/// Joins argv into a command line that [`split`] and `sh` both split back
+/// into exactly `argv`, quoting only words that need it (so `--color=auto`
+/// stays readable for the human). Used for the client's `-- CMD ARGS` form.
+pub fn join<S: AsRef<str>>(argv: &[S]) -> String {
+    let mut out = String::new();
+    for (i, arg) in argv.iter().enumerate() {
+        let arg = arg.as_ref();
+        if i > 0 {
+            out.push(' ');
+        }
+        let assignment = i == 0 && arg.contains('=');
+        let plain = !arg.is_empty()
+            && !assignment
+            && arg
+                .chars()
+                .all(|c| forcing_class(c).is_none() && !matches!(c, ' ' | '\'' | '"'));
+        if plain {
+            out.push_str(arg);
+        } else {
+            out.push('\'');
+            out.push_str(&arg.replace('\'', "'\\''"));
+            out.push('\'');
+        }
+    }
+    out
+}
+
+/// Finds `name` (a bare name) on [`TRUSTED_PATH`].
+pub fn resolve_program(name: &str) -> Option<PathBuf> {
+    let dirs: Vec<&Path> = TRUSTED_PATH.iter().map(Path::new).collect();
+    resolve_program_in(name, &dirs)
+}
+
+/// Finds `name` in `dirs`: the first regular, executable file that neither
+/// group nor others may write.
+pub fn resolve_program_in(name: &str, dirs: &[&Path]) -> Option<PathBuf> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return None;
+    }
+    dirs.iter().map(|d| d.join(name)).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            let mode = m.permissions().mode();
+            m.is_file() && mode & 0o111 != 0 && mode & 0o022 == 0
+        })
+    })
+}
+
+/// Why a whitelist entry was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("entry {index} is empty")]
+    Empty { index: usize },
+    #[error("entry {index} contains {ch:?}, which forces a human")]
+    ForcingCharacter { index: usize, ch: char },
+    #[error("entry {index}: `{program}` is not a bare program name")]
+    NotBare { index: usize, program: String },
+    #[error("entry {index}: `{program}` is not on the trusted PATH ({})", TRUSTED_PATH.join(":"))]
+    NotFound { index: usize, program: String },
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    argv: Vec<String>,
+    program: PathBuf,
+}
+
+/// The auto-approve whitelist, each entry's program resolved once.
+#[derive(Debug, Clone, Default)]
+pub struct AutoApproveRules {
+    rules: Vec<Rule>,
+}
+
+impl AutoApproveRules {
+    /// Builds the list from argv entries (the configuration's
+    /// `auto_approve`, already split). Entries that fail the rules are
+    /// left out and returned, so the caller decides whether that is fatal.
+    pub fn new<I, A, S>(entries: I) -> (Self, Vec<RuleError>)
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<[S]>,
+        S: AsRef<str>,
+    {
+        let dirs: Vec<&Path> = TRUSTED_PATH.iter().map(Path::new).collect();
+        Self::with_path(entries, &dirs)
+    }
+
+    /// [`new`](Self::new) with another trusted PATH (tests).
+    pub fn with_path<I, A, S>(entries: I, dirs: &[&Path]) -> (Self, Vec<RuleError>)
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<[S]>,
+        S: AsRef<str>,
+    {
+        let mut rules = Vec::new();
+        let mut errors = Vec::new();
+        for (index, entry) in entries.into_iter().enumerate() {
+            let argv: Vec<String> = entry
+                .as_ref()
+                .iter()
+                .map(|s| s.as_ref().to_string())
+                .collect();
+            match check_rule(index, &argv, dirs) {
+                Ok(program) => rules.push(Rule { argv, program }),
+                Err(e) => errors.push(e),
+            }
+        }
+        (AutoApproveRules { rules }, errors)
+    }
+
+    /// The resolved program of the first entry whose argv is a prefix of
+    /// `argv`.
+    pub fn matching(&self, argv: &[String]) -> Option<&Path> {
+        self.rules
+            .iter()
+            .find(|r| argv.len() >= r.argv.len() && r.argv.iter().zip(argv).all(|(a, b)| a == b))
+            .map(|r| r.program.as_path())
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+fn check_rule(index: usize, argv: &[String], dirs: &[&Path]) -> Result<PathBuf, RuleError> {
+    let program = argv.first().ok_or(RuleError::Empty { index })?;
+    if let Some((_, ch, _)) = argv.iter().find_map(|a| first_forcing(a)) {
+        return Err(RuleError::ForcingCharacter { index, ch });
+    }
+    if program.is_empty() || program.contains('/') || program.contains('=') {
+        return Err(RuleError::NotBare {
+            index,
+            program: program.clone(),
+        });
+    }
+    resolve_program_in(program, dirs).ok_or_else(|| RuleError::NotFound {
+        index,
+        program: program.clone(),
+    })
+}
+
+/// Why a request needs a human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanReason {
+    /// Nothing to run.
+    Empty,
+    /// A character that forces a human; `offset` is its byte offset.
+    Character {
+        ch: char,
+        offset: usize,
+        class: CharClass,
+    },
+    /// Unbalanced quotes.
+    Unparseable,
+    /// argv\[0\] is a shell variable assignment (`NAME=value`).
+    AssignmentAsProgram,
+    /// argv\[0\] is a path, not a bare name.
+    ProgramHasPath,
+    /// No whitelist entry is a prefix of the request.
+    NotWhitelisted,
+}
+
+impl fmt::Display for HumanReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HumanReason::Empty => f.write_str("the command is empty"),
+            HumanReason::Character { ch, offset, class } => {
+                let what = match class {
+                    CharClass::Metacharacter => "a shell metacharacter",
+                    CharClass::Control => "a control character",
+                    CharClass::Hidden => "an invisible or layout-changing character",
+                };
+                write!(
+                    f,
+                    "contains {what} (U+{:04X}) at byte {offset}",
+                    u32::from(*ch)
+                )
+            }
+            HumanReason::Unparseable => f.write_str("has unbalanced quotes"),
+            HumanReason::AssignmentAsProgram => f.write_str("starts with a variable assignment"),
+            HumanReason::ProgramHasPath => {
+                f.write_str("names its program by path, not by bare name")
+            }
+            HumanReason::NotWhitelisted => f.write_str("matches no auto-approve entry"),
+        }
+    }
+}
+
+/// What to do with a request's command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run `program_path` with `argv` (argv\[0\] stays the bare name)
+    /// directly with execve, no shell, no human.
+    AutoApprove {
+        argv: Vec<String>,
+        program_path: PathBuf,
+    },
+    /// Ask the human. If approved: when `via_shell`, run the command text
+    /// with the host shell; otherwise run `argv` with execve (resolving a
+    /// bare argv\[0\] with [`resolve_program`]). `argv` is set exactly when
+    /// `via_shell` is false.
+    NeedsHuman {
+        reason: HumanReason,
+        via_shell: bool,
+        argv: Option<Vec<String>>,
+    },
+}
+
+/// Classifies a command (also an edited one: re-classify after every edit).
+pub fn classify(command: &str, rules: &AutoApproveRules) -> Decision {
+    let human = |reason, argv: Option<Vec<String>>| Decision::NeedsHuman {
+        reason,
+        via_shell: argv.is_none(),
+        argv,
+    };
+    if let Some((offset, ch, class)) = first_forcing(command) {
+        return human(HumanReason::Character { ch, offset, class }, None);
+    }
+    let Ok(argv) = split(command) else {
+        return human(HumanReason::Unparseable, None);
+    };
+    let Some(program) = argv.first() else {
+        return Decision::NeedsHuman {
+            reason: HumanReason::Empty,
+            via_shell: false,
+            argv: Some(argv),
+        };
+    };
+    if program.contains('=') {
+        return human(HumanReason::AssignmentAsProgram, None);
+    }
+    if program.contains('/') {
+        return human(HumanReason::ProgramHasPath, Some(argv));
+    }
+    match rules.matching(&argv) {
+        Some(path) => Decision::AutoApprove {
+            program_path: path.to_path_buf(),
+            argv,
+        },
+        None => human(HumanReason::NotWhitelisted, Some(argv)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_quotes_only_what_needs_it() {
+        assert_eq!(
+            join(&["ls", "--color=auto", "a b", ""]),
+            "ls --color=auto 'a b' ''"
+        );
+        assert_eq!(join(&["A=1", "x"]), "'A=1' x");
+        assert_eq!(join(&["echo", "it's"]), r"echo 'it'\''s'");
+    }
+
+    #[test]
+    fn noncharacters_are_hidden() {
+        assert!(is_hidden_character('\u{FFFE}'));
+        assert!(is_hidden_character('\u{1FFFF}'));
+        assert!(!is_hidden_character('é'));
+        assert!(!is_hidden_character('\u{FFFD}'));
+    }
+}

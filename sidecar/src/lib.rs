@@ -1,0 +1,23 @@
+//! The egress policy of a Lazaret sandbox, shared by the host (`lazaret net
+//! ...`) and the Network Sidecar (`lazaret-sidecar`).
+//!
+//! - [`policy`]: the model. Which configured or built-in rule decides an
+//!   address ([`Policy::why`]), and the table of one entry per prefix that the
+//!   kernel must reproduce ([`Policy::table`]).
+//! - [`kernel`]: how that table becomes Linux policy-routing rules, and the
+//!   order in which a change is applied so that no flow allowed before and
+//!   after it is ever cut.
+//! - [`report`]: what the sidecar prints (`--json`), for the host to parse.
+//!
+//! The netlink code lives in the binary (feature `router`), so the host can
+//! depend on this crate with `default-features = false`.
+
+pub mod kernel;
+pub mod policy;
+pub mod report;
+
+pub use kernel::{Action, KernelRule, Step};
+pub use policy::{
+    BuiltIn, Decision, Family, Policy, PolicyError, PolicySpec, Rule, Source, SpecRule, Verdict,
+};
+pub use report::{Gateway, LiveEntry, TableReport};

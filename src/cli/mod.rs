@@ -1,0 +1,666 @@
+//! The `lazaret` command line. Each subcommand is a thin layer over the
+//! library; errors carry context saying what failed and what to do.
+
+mod prompt;
+mod session;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, HostVars, LoadOptions};
+use crate::domain::DomainPaths;
+use crate::engine::Engine;
+use crate::engine::images::{BaseImageRequest, build_base_image};
+use crate::engine::podman::Podman;
+use crate::git_sentry::WorkspaceLayout;
+use crate::git_sentry::sync::Propagator;
+use crate::host::{HostEnv, SystemEnv};
+use crate::rundir::RuntimeDir;
+
+/// Run AI coding agents in gVisor sandboxes, with a human approving every
+/// host command they ask for.
+#[derive(Debug, Parser)]
+#[command(name = "lazaret", version, about, long_about = None)]
+#[command(after_help = "\
+Configuration is read from ~/.config/lazaret/config.toml, then ./lazaret.toml,
+then --config FILE; later files override earlier ones key by key.
+Start with `lazaret doctor`, then `lazaret config check`.")]
+pub struct Cli {
+    /// Read this configuration file last, over the user and workspace files.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check or print the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Show the Domain Anchor of a profile and workspace: its hash and every
+    /// host path and container name derived from it.
+    Domain {
+        /// Profile to use (default: `default_profile`, or the only profile).
+        #[arg(long, short)]
+        profile: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Workspace folder (default: the current folder).
+        path: Option<PathBuf>,
+    },
+    /// Open an interactive shell in the sandbox of PROFILE for the current
+    /// folder, starting the domain if needed. The domain stays up while any
+    /// session is attached and is torn down when the last one leaves.
+    Shell {
+        /// Profile (default: `default_profile`, or the only profile).
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+    },
+    /// Run one command in the sandbox, non-interactively; its exit code is
+    /// lazaret's.
+    Exec {
+        /// Profile (default: `default_profile`, or the only profile).
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List every running domain of this user: profile, workspace, runtime,
+    /// sessions, uptime. Works from any folder.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tear down the domain of PROFILE (current folder), or all domains.
+    Down {
+        profile: Option<String>,
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// Every running domain of this user.
+        #[arg(long, conflicts_with = "profile")]
+        all: bool,
+    },
+    /// Print the domain's audit log; --verify checks its hash chain and
+    /// names the first bad record.
+    Audit {
+        profile: Option<String>,
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        #[arg(long)]
+        verify: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// (internal) The detached Session Coordinator of one domain.
+    #[command(hide = true)]
+    Coordinator {
+        #[arg(long)]
+        profile: String,
+        #[arg(long)]
+        workspace: PathBuf,
+        /// Run here instead of starting a detached copy and exiting.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Build the images sandboxes run from.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Start or stop a domain's containers directly (the engine, without a
+    /// Session Coordinator): Network Sidecar, State Anchor, Agent Sandbox.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// List what the agent changed that a host tool would execute, and
+    /// filesystem traps (symlinks leaving the workspace, FIFOs, setuid bits,
+    /// nested repositories), with git commands to inspect it all.
+    Review(DomainArgs),
+    /// Check that this host can run Lazaret: podman, runc, runsc (gVisor),
+    /// user namespaces, devices, storage and limits. Prints a fix for each
+    /// problem; exits non-zero when something required is missing.
+    Doctor,
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build a Debian base image for agents, rootless (mmdebstrap, then
+    /// podman import). Tagged localhost/lazaret/RELEASE:DATE-DIGEST and :latest.
+    Build {
+        /// Debian release to build.
+        #[arg(long, default_value = "trixie")]
+        release: String,
+        /// Extra packages, comma-separated (git, ca-certificates, procps,
+        /// iproute2, ncurses and less are always included).
+        #[arg(long, value_delimiter = ',')]
+        include: Vec<String>,
+        /// Debian mirror.
+        #[arg(long, default_value = "http://deb.debian.org/debian")]
+        mirror: String,
+        /// Also tag the image with this name.
+        #[arg(long)]
+        tag: Option<String>,
+    },
+}
+
+/// Which domain: a profile and a workspace folder.
+#[derive(Debug, clap::Args)]
+struct DomainArgs {
+    /// Profile to use (default: `default_profile`, or the only profile).
+    #[arg(long, short)]
+    profile: Option<String>,
+    /// Workspace folder (default: the current folder).
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxCommand {
+    /// Start the domain's containers (or report them if they run).
+    Up {
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Run the Agent Sandbox under this runtime instead of the
+        /// profile's. `runc` means no gVisor isolation.
+        #[arg(long, value_parser = ["runsc", "runc"])]
+        runtime: Option<String>,
+    },
+    /// Remove the domain's containers and unmount its State Anchor.
+    Down(DomainArgs),
+    /// Copy the agent's branch into the host repository
+    /// (refs/heads/lazaret/agent-PROFILE, and only that ref).
+    Sync {
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Keep watching the agent's refs and copy every change at once,
+        /// until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate every configuration file and profile; print each problem
+    /// with file, line and column.
+    Check,
+    /// Print the effective configuration and the file each value came from.
+    Show,
+}
+
+pub fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let env = SystemEnv;
+    match cli.command {
+        Command::Doctor => {
+            let checks = crate::doctor::run(&env);
+            let (text, failed) = crate::doctor::report(&checks);
+            print!("{text}");
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Shell { profile, workspace } => {
+            session::shell(&cli.config, &env, profile.as_deref(), workspace.as_deref())
+        }
+        Command::Exec {
+            profile,
+            workspace,
+            command,
+        } => session::exec(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            &command,
+        ),
+        Command::Status { json } => session::status(&env, json),
+        Command::Down {
+            profile,
+            workspace,
+            all,
+        } => session::down(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            all,
+        ),
+        Command::Audit {
+            profile,
+            workspace,
+            verify,
+            json,
+        } => session::audit(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            verify,
+            json,
+        ),
+        Command::Coordinator {
+            profile,
+            workspace,
+            foreground: true,
+        } => session::coordinator(&cli.config, &env, &profile, &workspace),
+        Command::Coordinator { .. } => session::launch_coordinator(),
+        Command::Config(ConfigCommand::Check) => {
+            let config = load(cli.config, &env)?;
+            config_check(&config, &env)
+        }
+        Command::Config(ConfigCommand::Show) => {
+            let config = load(cli.config, &env)?;
+            print!("{}", config_show(&config));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Image(ImageCommand::Build {
+            release,
+            include,
+            mirror,
+            tag,
+        }) => image_build(cli.config, &env, release, include, mirror, tag),
+        Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
+            sandbox_up(cli.config, &env, &domain, runtime.as_deref())
+        }
+        Command::Sandbox(SandboxCommand::Down(d)) => sandbox_down(cli.config, &env, &d),
+        Command::Sandbox(SandboxCommand::Sync { domain, watch }) => {
+            sandbox_sync(cli.config, &env, &domain, watch)
+        }
+        Command::Review(d) => review(cli.config, &env, &d),
+        Command::Domain {
+            profile,
+            json,
+            path,
+        } => {
+            let config = load(cli.config, &env)?;
+            let profile = config.select_profile(profile.as_deref())?;
+            let workspace = match path {
+                Some(p) => p,
+                None => current_dir()?,
+            };
+            let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
+            let rundir = RuntimeDir::unchecked(RuntimeDir::locate(&env));
+            let paths = DomainPaths::new(
+                &anchor,
+                &config.data_root,
+                &config.escalation.socket_dir,
+                &rundir,
+            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&paths)?);
+            } else {
+                print!("{}", domain_text(&paths));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn current_dir() -> Result<PathBuf> {
+    std::env::current_dir().context("cannot read the current folder (was it deleted?)")
+}
+
+fn load(explicit: Option<PathBuf>, env: &dyn HostEnv) -> Result<Config> {
+    let cwd = current_dir()?;
+    let opts = LoadOptions::standard(env, &cwd, explicit);
+    Ok(Config::load(&opts, env)?)
+}
+
+/// Loads the configuration and binds the chosen profile to the workspace.
+fn resolve(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+) -> Result<(Config, crate::config::ResolvedProfile)> {
+    let config = load(explicit, env)?;
+    let profile = config.select_profile(d.profile.as_deref())?.clone();
+    let workspace = match &d.path {
+        Some(p) => p.clone(),
+        None => current_dir()?,
+    };
+    let resolved = config.resolve(&profile, &workspace, env, HostVars::Require)?;
+    Ok((config, resolved))
+}
+
+fn engine(config: &Config, env: &dyn HostEnv) -> Result<Engine> {
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    Ok(Engine::new(config, rundir))
+}
+
+fn sandbox_up(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    runtime: Option<&str>,
+) -> Result<ExitCode> {
+    let (config, mut resolved) = resolve(explicit, env, d)?;
+    // An explicit flag is as explicit as the profile (decisions.md D7).
+    match runtime {
+        Some("runc") => resolved.profile.runtime = crate::config::Runtime::Runc,
+        Some(_) => resolved.profile.runtime = crate::config::Runtime::Runsc,
+        None => {}
+    }
+    let engine = engine(&config, env)?;
+    let started = std::time::Instant::now();
+    let sandbox = engine
+        .up(&resolved, env, &mut |step| {
+            eprintln!("[{:>5.1}s] {step}", started.elapsed().as_secs_f64());
+        })
+        .with_context(|| {
+            format!(
+                "cannot start domain {} ({})",
+                resolved.domain.hash(),
+                resolved.profile.name
+            )
+        })?;
+    println!("sandbox   {}", sandbox.name);
+    println!("sidecar   {}", sandbox.sidecar);
+    println!("image     {}", sandbox.image);
+    if sandbox.is_gvisor() {
+        println!("runtime   runsc (gVisor)");
+    } else {
+        println!(
+            "runtime   {}   !! NOT gVisor-isolated: the agent shares the host kernel",
+            sandbox.runtime.as_str()
+        );
+    }
+    for p in &sandbox.persistent {
+        println!(
+            "persists  {} -> {}",
+            p.container.display(),
+            p.changes.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Result<ExitCode> {
+    // Teardown must work even when the configuration no longer resolves
+    // (e.g. an env: variable is unset now): only the Domain Anchor is needed.
+    let config = load(explicit, env)?;
+    let profile = config.select_profile(d.profile.as_deref())?;
+    let workspace = match &d.path {
+        Some(p) => p.clone(),
+        None => current_dir()?,
+    };
+    let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
+    engine(&config, env)?
+        .down(&anchor)
+        .with_context(|| format!("cannot tear down domain {}", anchor.hash()))?;
+    println!("domain {} is down", anchor.hash());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn layout_of(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+) -> Result<WorkspaceLayout> {
+    let (config, resolved) = resolve(explicit, env, d)?;
+    Ok(engine(&config, env)?.layout(&resolved)?)
+}
+
+fn sandbox_sync(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    watch: bool,
+) -> Result<ExitCode> {
+    let layout = layout_of(explicit, env, d)?;
+    let Some(propagator) = Propagator::for_layout(&layout) else {
+        bail!(
+            "{} is not a git repository: there is no agent branch to copy",
+            layout.host.display()
+        );
+    };
+    let print = |r: Result<Option<String>, crate::git_sentry::GitError>| match r {
+        Ok(Some(oid)) => println!("{} -> {oid}", propagator.branch),
+        Ok(None) => println!("the agent has no branch {} yet", propagator.branch),
+        Err(e) => eprintln!("lazaret: sync failed: {e}"),
+    };
+    if !watch {
+        let r = propagator.sync()?;
+        print(Ok(r));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stop = stop_on_signal()?;
+    propagator
+        .watch(&stop, &mut |r| print(r))
+        .context("cannot watch the agent's refs")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A receiver that gets a message on SIGINT or SIGTERM.
+fn stop_on_signal() -> Result<std::sync::mpsc::Receiver<()>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    // Blocked here, so every thread started later inherits the mask and
+    // only the waiter below takes the signal.
+    set.thread_block().context("cannot block signals")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if set.wait().is_ok() {
+            let _ = tx.send(());
+        }
+    });
+    Ok(rx)
+}
+
+fn review(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Result<ExitCode> {
+    let layout = layout_of(explicit, env, d)?;
+    let r = crate::git_sentry::review::review(&layout)?;
+    println!(
+        "workspace {} ({} mode), agent branch {}",
+        layout.host.display(),
+        layout.mode.as_str(),
+        layout.branch
+    );
+    println!("{} changed path(s)", r.changed.len());
+    if r.findings.is_empty() {
+        println!("nothing that host tools would execute, and no filesystem traps");
+    } else {
+        println!("look at these before you run anything in this workspace:");
+        for f in &r.findings {
+            println!("  ! {f}");
+        }
+    }
+    for h in &r.hints {
+        println!("  $ {h}");
+    }
+    Ok(if r.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+fn image_build(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    release: String,
+    include: Vec<String>,
+    mirror: String,
+    tag: Option<String>,
+) -> Result<ExitCode> {
+    // Scratch space on the Storage Root's disk: the rootfs is hundreds of MB.
+    let scratch = match load(explicit, env) {
+        Ok(c) => c.data_root.join("tmp"),
+        Err(_) => std::env::temp_dir(),
+    };
+    let req = BaseImageRequest {
+        release,
+        mirror,
+        include,
+        tag,
+    };
+    let started = std::time::Instant::now();
+    eprintln!(
+        "building a Debian {} base image (rootless, mmdebstrap)",
+        req.release
+    );
+    let built = build_base_image(&Podman::default(), &req, &scratch, &mut |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+    })
+    .context("image build failed")?;
+    println!("built     {}", built.tags.join(", "));
+    println!("digest    sha256:{}", built.digest);
+    println!(
+        "size      {:.1} MiB (rootfs tarball)",
+        built.tar_bytes as f64 / 1048576.0
+    );
+    println!(
+        "time      {:.1} s bootstrap + {:.1} s import",
+        built.bootstrap_time.as_secs_f64(),
+        built.import_time.as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
+    let cwd = current_dir()?;
+    let mut warnings = Vec::new();
+    for profile in config.profiles.values() {
+        config.resolve(profile, &cwd, env, HostVars::Skip)?;
+        for var in profile.unset_host_vars(env) {
+            warnings.push(format!(
+                "profile {}: forwards ${var}, which is not set here; starting it will fail until you export {var}",
+                profile.name
+            ));
+        }
+    }
+    let files: Vec<String> = config
+        .merged
+        .sources
+        .iter()
+        .map(|s| format!("{} ({})", s.path.display(), s.layer))
+        .collect();
+    println!("configuration is valid");
+    println!("  files:    {}", files.join(", "));
+    println!(
+        "  profiles: {}",
+        config
+            .profiles
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for w in &warnings {
+        println!("warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The merged configuration as TOML, each value annotated with its origin.
+pub fn config_show(config: &Config) -> String {
+    let mut out =
+        String::from("# effective configuration; `# file:line` says where each value is set\n");
+    show_table(&mut out, config, &config.merged.table, "");
+    let _ = writeln!(out, "\n# resolved");
+    let _ = writeln!(out, "# storage root:       {}", config.data_root.display());
+    let _ = writeln!(
+        out,
+        "# escalation sockets: {}",
+        config.escalation.socket_dir.display()
+    );
+    for p in config.profiles.values() {
+        let _ = writeln!(
+            out,
+            "# profile {}: runtime {}{}, workspace mode {}",
+            p.name,
+            p.runtime.as_str(),
+            if p.runtime_explicit { "" } else { " (default)" },
+            p.workspace_mode
+                .map_or("isolated for git workspaces, else direct (default)", |m| m
+                    .as_str())
+        );
+    }
+    out
+}
+
+fn show_table(out: &mut String, config: &Config, table: &toml::Table, prefix: &str) {
+    let path_of = |key: &str| {
+        if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    for (key, value) in table.iter().filter(|(_, v)| !v.is_table()) {
+        let origin = config
+            .merged
+            .origin(&path_of(key))
+            .map(|l| format!("  # {}:{}", l.file.display(), l.line))
+            .unwrap_or_default();
+        let _ = writeln!(out, "{} = {value}{origin}", toml_key(key));
+    }
+    for (key, value) in table.iter() {
+        if let toml::Value::Table(t) = value {
+            let path = path_of(key);
+            if t.values().any(|v| !v.is_table()) {
+                let header: Vec<String> = path.split('.').map(toml_key).collect();
+                let _ = writeln!(out, "\n[{}]", header.join("."));
+            }
+            show_table(out, config, t, &path);
+        }
+    }
+}
+
+fn toml_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+fn domain_text(p: &DomainPaths) -> String {
+    let rows: [(&str, &Path); 11] = [
+        ("workspace", &p.workspace),
+        ("domain root", &p.domain_root),
+        ("usr_changes", &p.usr_changes),
+        ("usr_work", &p.usr_work),
+        ("usr_merged", &p.usr_merged),
+        ("state store", &p.state_store),
+        ("coordinator log", &p.coordinator_log),
+        ("control socket", &p.control_socket),
+        ("lock file", &p.lock_file),
+        ("certs folder", &p.certs_dir),
+        ("escalation dir", &p.escalation_dir),
+    ];
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<17}{}", "profile", p.profile);
+    let _ = writeln!(
+        out,
+        "{:<17}{}   (sha256 of \"{}:{}\", first 12 hex digits)",
+        "domain hash",
+        p.domain_hash,
+        p.profile,
+        p.workspace.display()
+    );
+    for (name, path) in rows {
+        let _ = writeln!(out, "{name:<17}{}", path.display());
+    }
+    let _ = writeln!(out, "{:<17}{}", "sandbox", p.sandbox_container);
+    let _ = writeln!(out, "{:<17}{}", "sidecar", p.sidecar_container);
+    let _ = writeln!(out, "{:<17}{}", "agent branch", p.agent_branch);
+    out
+}

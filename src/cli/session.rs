@@ -1,0 +1,466 @@
+//! Commands that go through the Session Coordinator: shell, exec, status,
+//! down, audit, and the hidden `coordinator` entry point itself.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::config::{Config, HostVars, ResolvedProfile};
+use crate::coordinator::client::{self, ClientError, DomainContext, Hello};
+use crate::coordinator::escalation::Verdict;
+use crate::coordinator::protocol::{
+    ClientMsg, CoordMsg, DomainStatus, PROTOCOL_VERSION, read_frame, write_frame,
+};
+use crate::coordinator::store::{Store, Verification};
+use crate::domain::DomainAnchor;
+use crate::engine::Engine;
+use crate::host::HostEnv;
+use crate::rundir::RuntimeDir;
+use lazaret_escalate::signing::SessionKey;
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The domain of `profile` and `workspace` (default: the current folder).
+fn context(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+) -> Result<(Config, DomainContext, RuntimeDir)> {
+    let config = super::load(explicit.clone(), env)?;
+    let profile = config.select_profile(profile)?;
+    let workspace = match workspace {
+        Some(p) => p.to_path_buf(),
+        None => super::current_dir()?,
+    };
+    let anchor = DomainAnchor::new(&profile.name, &workspace)?;
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let explicit = explicit
+        .as_ref()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()));
+    let ctx = DomainContext::new(anchor, &config.data_root, &rundir, explicit);
+    Ok((config, ctx, rundir))
+}
+
+fn announce(domain: &DomainStatus) {
+    if !domain.gvisor {
+        eprintln!(
+            "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",
+            domain.sandbox, domain.runtime
+        );
+    }
+}
+
+/// Runs `argv` in the sandbox through `podman exec`, as one Client Session.
+fn run_in_sandbox(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    argv: &[String],
+    interactive: bool,
+    purpose: &str,
+) -> Result<ExitCode> {
+    let (_, ctx, _) = context(explicit, env, profile, workspace)?;
+    // The Session Anchor: its private half never leaves this process; each
+    // exec gets a delegated, expiring credential (decisions.md D4).
+    let session_id = uuid::Uuid::new_v4().to_string();
+    let session_key = SessionKey::generate().context("cannot create the Session Anchor key")?;
+    let tty = interactive && nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+    let has_human = super::prompt::open_tty().is_some();
+    let rt = runtime()?;
+    let started = Instant::now();
+    let mut client = rt
+        .block_on(client::connect(
+            &ctx,
+            &Hello {
+                session_id: Some(session_id.clone()),
+                session_key: Some(hex(session_key.public_key().as_bytes())),
+                purpose: purpose.into(),
+                interactive: has_human,
+            },
+            true,
+            &mut |step| {
+                eprintln!(
+                    "lazaret: [{:>4.1}s] {step}",
+                    started.elapsed().as_secs_f64()
+                );
+            },
+        ))
+        .with_context(|| format!("cannot reach domain {}", ctx.anchor.hash()))?;
+    announce(&client.domain);
+    let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
+    let credential = session_key
+        .delegate(&session_id, expires)
+        .context("cannot delegate the session credential")?;
+    let mut cmd = tokio::process::Command::new("podman");
+    cmd.arg("exec").arg("--interactive");
+    if tty {
+        cmd.arg("--tty");
+    }
+    for (k, v) in credential.env_vars() {
+        cmd.args(["--env", &format!("{k}={v}")]);
+    }
+    cmd.args([
+        "--env",
+        &format!(
+            "{}={}",
+            lazaret_escalate::env::GUIDE,
+            lazaret_escalate::GUIDE_PATH
+        ),
+    ]);
+    if let Some(term) = env.var("TERM") {
+        cmd.args(["--env", &format!("TERM={term}")]);
+    }
+    cmd.arg(&client.domain.sandbox).args(argv);
+    let status = rt.block_on(async {
+        let mut child = cmd.spawn().context("cannot run podman exec")?;
+        let mut listening = true;
+        loop {
+            tokio::select! {
+                status = child.wait() => return status.context("podman exec failed"),
+                msg = read_frame::<_, CoordMsg>(&mut client.stream), if listening => match msg {
+                    Ok(CoordMsg::Prompt { prompt }) => {
+                        let verdict = match super::prompt::open_tty() {
+                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }),
+                            None => Verdict::Deny { reason: Some("no terminal to ask on".into()) },
+                        };
+                        let abort = verdict == Verdict::Abort;
+                        let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
+                        if abort {
+                            let _ = child.kill().await;
+                        }
+                    }
+                    // The domain is going down, or the coordinator is gone:
+                    // the sandbox ends, and with it this exec.
+                    Ok(CoordMsg::ShuttingDown) | Err(_) => listening = false,
+                    Ok(_) => {}
+                },
+            }
+        }
+    })?;
+    // Closing the connection ends the session; the last one tears down.
+    drop(client);
+    drop(rt);
+    Ok(exit_code(status))
+}
+
+/// How long an exec's delegated credential is valid.
+const CREDENTIAL_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+
+fn hex(bytes: &[u8]) -> String {
+    crate::coordinator::store::hex(bytes)
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+pub fn shell(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+) -> Result<ExitCode> {
+    let argv = vec!["/bin/bash".to_string(), "-l".to_string()];
+    run_in_sandbox(explicit, env, profile, workspace, &argv, true, "shell")
+}
+
+pub fn exec(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    argv: &[String],
+) -> Result<ExitCode> {
+    if argv.is_empty() {
+        bail!("nothing to run: give a command after `--`, e.g. lazaret exec -- make test");
+    }
+    run_in_sandbox(explicit, env, profile, workspace, argv, false, "exec")
+}
+
+/// A query-only connection to a socket (never starts anything).
+async fn query(socket: &Path) -> Result<client::Client, ClientError> {
+    let mut stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    write_frame(
+        &mut stream,
+        &ClientMsg::Hello {
+            version: PROTOCOL_VERSION,
+            session_id: None,
+            session_key: None,
+            pid: std::process::id(),
+            purpose: "query".into(),
+            interactive: false,
+        },
+    )
+    .await?;
+    loop {
+        match tokio::time::timeout(
+            Duration::from_secs(30),
+            read_frame::<_, CoordMsg>(&mut stream),
+        )
+        .await
+        {
+            Ok(Ok(CoordMsg::Progress { .. })) => {}
+            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(client::Client { stream, domain }),
+            Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                return Err(ClientError::NotRunning(socket.display().to_string()));
+            }
+            Err(_) => return Err(ClientError::Refused("no answer within 30 s".into())),
+        }
+    }
+}
+
+/// Control sockets in the runtime folder.
+fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(rundir.path())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("lazaret_coord_") && n.ends_with(".sock"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn uptime(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let rt = runtime()?;
+    let mut domains = Vec::new();
+    for socket in sockets(&rundir) {
+        if let Ok(mut c) = rt.block_on(query(&socket))
+            && let Ok(CoordMsg::Status { domain }) = rt.block_on(c.call(&ClientMsg::Status))
+        {
+            domains.push(domain);
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&domains)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if domains.is_empty() {
+        println!("no domain is running");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<13} {:<12} {:<22} {:>8} {:>7}  WORKSPACE",
+        "DOMAIN", "PROFILE", "RUNTIME", "SESSIONS", "UPTIME"
+    );
+    for d in &domains {
+        let runtime = if d.gvisor {
+            format!("{} (gVisor)", d.runtime)
+        } else {
+            format!("{} NOT gVisor", d.runtime)
+        };
+        println!(
+            "{:<13} {:<12} {:<22} {:>8} {:>7}  {}",
+            d.hash,
+            d.profile,
+            runtime,
+            d.sessions.len(),
+            uptime(d.uptime),
+            d.workspace
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks one coordinator to tear down and waits until its process is gone.
+fn down_socket(rt: &tokio::runtime::Runtime, socket: &Path) -> Result<Option<String>> {
+    let Ok(mut c) = rt.block_on(query(socket)) else {
+        return Ok(None);
+    };
+    let pid = c.domain.coordinator_pid;
+    let hash = c.domain.hash.clone();
+    let _ = rt.block_on(c.call(&ClientMsg::Down));
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() {
+        if Instant::now() > deadline {
+            bail!(
+                "the coordinator of domain {hash} (pid {pid}) did not finish its teardown within 120 s; see its log"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Some(hash))
+}
+
+pub fn down(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    all: bool,
+) -> Result<ExitCode> {
+    let rt = runtime()?;
+    if all {
+        let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+        let mut n = 0;
+        for socket in sockets(&rundir) {
+            if let Some(hash) = down_socket(&rt, &socket)? {
+                println!("domain {hash} is down");
+                n += 1;
+            }
+        }
+        if n == 0 {
+            println!("no domain was running");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (config, ctx, rundir) = context(explicit, env, profile, workspace)?;
+    if down_socket(&rt, &ctx.control_socket)?.is_none() {
+        // No coordinator (it was killed?): clean what it left, holding the
+        // domain lock so no new coordinator starts meanwhile.
+        let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
+        Engine::new(&config, rundir)
+            .down(&ctx.anchor)
+            .with_context(|| format!("cannot clean up domain {}", ctx.anchor.hash()))?;
+        let _ = std::fs::remove_file(&ctx.control_socket);
+    }
+    println!("domain {} is down", ctx.anchor.hash());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn audit(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    verify: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let (_, ctx, rundir) = context(explicit, env, profile, workspace)?;
+    let rt = runtime()?;
+    // Through the coordinator when it runs (it owns the store, §4.4.1);
+    // otherwise open the store ourselves, holding the domain lock.
+    let (records, verification) = match rt.block_on(query(&ctx.control_socket)) {
+        Ok(mut c) => {
+            let records = match rt.block_on(c.call(&ClientMsg::Audit))? {
+                CoordMsg::Audit { records } => records,
+                CoordMsg::Error { message } => bail!("{message}"),
+                other => bail!("unexpected answer {other:?}"),
+            };
+            let v = match rt.block_on(c.call(&ClientMsg::Verify))? {
+                CoordMsg::Verified {
+                    intact: true,
+                    records,
+                    ..
+                } => Verification::Intact {
+                    records,
+                    head: String::new(),
+                },
+                CoordMsg::Verified { first_bad, why, .. } => Verification::Broken {
+                    seq: first_bad.unwrap_or(0),
+                    why: why.unwrap_or_default(),
+                },
+                CoordMsg::Error { message } => bail!("{message}"),
+                other => bail!("unexpected answer {other:?}"),
+            };
+            (records, v)
+        }
+        Err(_) => {
+            // No new coordinator may start, and a departing one must have
+            // let go of the store (it holds the owner lock until it exits).
+            let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
+            let _owner = crate::coordinator::lock::exclusive(&ctx.anchor.owner_lock(&rundir))?;
+            let path = ctx.domain_root.join("state.redb");
+            if !path.exists() {
+                bail!(
+                    "domain {} has no state store yet (it never ran)",
+                    ctx.anchor.hash()
+                );
+            }
+            let store = Store::open(&path)?;
+            let v = store.verify()?;
+            // A broken store may not decode; show what can be read.
+            (store.records().unwrap_or_default(), v)
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+    } else if !verify {
+        for r in &records {
+            println!("{:>5}  {}  {:<20} {}", r.seq, r.time, r.kind, r.data);
+        }
+    }
+    match verification {
+        Verification::Intact { records, .. } => {
+            if verify {
+                println!("audit log intact: {records} records, hash chain verified");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Verification::Broken { seq, why } => {
+            eprintln!("lazaret: audit log BROKEN at record {seq}: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The launcher: starts `coordinator --foreground` with the same arguments,
+/// environment and output, and exits without waiting for it.
+pub fn launch_coordinator() -> Result<ExitCode> {
+    let exe = std::env::current_exe().context("cannot find the lazaret executable")?;
+    Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .spawn()
+        .context("cannot start the Session Coordinator")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The detached coordinator process (started by a leading session).
+pub fn coordinator(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: &str,
+    workspace: &Path,
+) -> Result<ExitCode> {
+    let config = super::load(explicit.clone(), env)?;
+    let profile = config.select_profile(Some(profile))?.clone();
+    let resolved: ResolvedProfile = config.resolve(&profile, workspace, env, HostVars::Require)?;
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let control_socket = resolved.domain.control_socket(&rundir);
+    let owner_lock = resolved.domain.owner_lock(&rundir);
+    let escalation = config.escalation.enabled.then(|| config.escalation.clone());
+    let engine = Engine::new(&config, rundir);
+    crate::coordinator::server::run(
+        engine,
+        resolved,
+        env,
+        control_socket,
+        &owner_lock,
+        escalation,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

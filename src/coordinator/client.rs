@@ -1,0 +1,238 @@
+//! The session side: find or start the domain's coordinator (hold-to-bind),
+//! register, and wait for the domain to be up.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixStream;
+
+use super::lock::{self, Role};
+use super::protocol::{
+    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, read_frame, write_frame,
+};
+use crate::domain::DomainAnchor;
+use crate::rundir::RuntimeDir;
+
+/// How long a leader waits for a new coordinator's socket (spec: 10 s).
+pub const BIND_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a handshake (before boot progress starts) may take.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    #[error("cannot start the Session Coordinator: {0}")]
+    Spawn(std::io::Error),
+    #[error(
+        "the Session Coordinator did not open its socket {socket} within {secs} s. Its log ({log}) ends with:\n{tail}"
+    )]
+    NoSocket {
+        socket: PathBuf,
+        secs: u64,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("the Session Coordinator refused: {0}")]
+    Refused(String),
+    #[error("talking to the Session Coordinator failed: {0}")]
+    Protocol(#[from] FrameError),
+    #[error("the Session Coordinator kept shutting down while we connected; try again")]
+    Busy,
+    #[error("no Session Coordinator runs for domain {0}")]
+    NotRunning(String),
+}
+
+/// Everything a session needs to reach one domain's coordinator.
+#[derive(Debug, Clone)]
+pub struct DomainContext {
+    pub anchor: DomainAnchor,
+    pub control_socket: PathBuf,
+    pub lock_file: PathBuf,
+    pub domain_root: PathBuf,
+    pub log: PathBuf,
+    /// `--config FILE` to pass on to a coordinator we start.
+    pub config: Option<PathBuf>,
+}
+
+impl DomainContext {
+    pub fn new(
+        anchor: DomainAnchor,
+        data_root: &Path,
+        rundir: &RuntimeDir,
+        config: Option<PathBuf>,
+    ) -> Self {
+        let domain_root = anchor.domain_root(data_root);
+        DomainContext {
+            control_socket: anchor.control_socket(rundir),
+            lock_file: anchor.lock_file(rundir),
+            log: domain_root.join("coordinator.log"),
+            domain_root,
+            anchor,
+            config,
+        }
+    }
+}
+
+/// What a session says about itself.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    /// `Some` for a session that holds the domain up.
+    pub session_id: Option<String>,
+    pub session_key: Option<String>,
+    pub purpose: String,
+    /// A human at a terminal answers escalation prompts for this session.
+    pub interactive: bool,
+}
+
+/// A live connection to a coordinator.
+#[derive(Debug)]
+pub struct Client {
+    pub stream: UnixStream,
+    pub domain: DomainStatus,
+}
+
+impl Client {
+    /// Sends a request and reads its answer.
+    pub async fn call(&mut self, msg: &ClientMsg) -> Result<CoordMsg, ClientError> {
+        write_frame(&mut self.stream, msg).await?;
+        Ok(read_frame(&mut self.stream).await?)
+    }
+}
+
+async fn try_connect(socket: &Path) -> Option<UnixStream> {
+    UnixStream::connect(socket).await.ok()
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(12)..].join("\n")
+}
+
+fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
+    std::fs::create_dir_all(&ctx.domain_root).map_err(ClientError::Spawn)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&ctx.log)
+        .map_err(ClientError::Spawn)?;
+    let exe = std::env::current_exe().map_err(ClientError::Spawn)?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("coordinator")
+        .arg("--profile")
+        .arg(ctx.anchor.profile())
+        .arg("--workspace")
+        .arg(ctx.anchor.workspace());
+    if let Some(c) = &ctx.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(ClientError::Spawn)?)
+        .stderr(log);
+    // The child starts the real coordinator and exits at once (a double
+    // fork): the coordinator is then nobody's child here, and never a zombie
+    // of this session. It calls setsid() itself.
+    let status = cmd.status().map_err(ClientError::Spawn)?;
+    if !status.success() {
+        return Err(ClientError::Spawn(std::io::Error::other(format!(
+            "the coordinator launcher exited with {status}; see {}",
+            ctx.log.display()
+        ))));
+    }
+    Ok(())
+}
+
+/// Finds the coordinator (starting it if needed, spec §4.3.5 Step 1) and
+/// connects, without the handshake.
+pub async fn open_socket(ctx: &DomainContext, start: bool) -> Result<UnixStream, ClientError> {
+    for _ in 0..5 {
+        let role = {
+            let path = ctx.lock_file.clone();
+            tokio::task::spawn_blocking(move || lock::acquire(&path))
+                .await
+                .map_err(|e| ClientError::Spawn(std::io::Error::other(e)))??
+        };
+        match role {
+            Role::Leader(guard) => {
+                if let Some(s) = try_connect(&ctx.control_socket).await {
+                    drop(guard);
+                    return Ok(s);
+                }
+                if !start {
+                    return Err(ClientError::NotRunning(ctx.anchor.hash().to_string()));
+                }
+                // A socket nobody accepts on is a dead coordinator's.
+                let _ = std::fs::remove_file(&ctx.control_socket);
+                spawn_coordinator(ctx)?;
+                let deadline = Instant::now() + BIND_DEADLINE;
+                loop {
+                    if let Some(s) = try_connect(&ctx.control_socket).await {
+                        drop(guard);
+                        return Ok(s);
+                    }
+                    if Instant::now() > deadline {
+                        return Err(ClientError::NoSocket {
+                            socket: ctx.control_socket.clone(),
+                            secs: BIND_DEADLINE.as_secs(),
+                            log: ctx.log.clone(),
+                            tail: log_tail(&ctx.log),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            Role::Follower => {
+                if let Some(s) = try_connect(&ctx.control_socket).await {
+                    return Ok(s);
+                }
+                if !start {
+                    return Err(ClientError::NotRunning(ctx.anchor.hash().to_string()));
+                }
+                // The leader's coordinator died already: lead ourselves.
+            }
+        }
+    }
+    Err(ClientError::Busy)
+}
+
+/// Connects as `hello`, starting the domain if needed; `progress` sees the
+/// boot steps. Returns once the domain is up.
+pub async fn connect(
+    ctx: &DomainContext,
+    hello: &Hello,
+    start: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Client, ClientError> {
+    for _ in 0..10 {
+        let mut stream = open_socket(ctx, start).await?;
+        let msg = ClientMsg::Hello {
+            version: PROTOCOL_VERSION,
+            session_id: hello.session_id.clone(),
+            session_key: hello.session_key.clone(),
+            pid: std::process::id(),
+            purpose: hello.purpose.clone(),
+            interactive: hello.interactive,
+        };
+        write_frame(&mut stream, &msg).await?;
+        loop {
+            let reply =
+                tokio::time::timeout(HELLO_DEADLINE * 12, read_frame::<_, CoordMsg>(&mut stream))
+                    .await;
+            match reply {
+                Ok(Ok(CoordMsg::Progress { step })) => progress(&step),
+                Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(Client { stream, domain }),
+                Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
+                // Torn down under us: the next attempt starts a new one.
+                Ok(Ok(CoordMsg::ShuttingDown)) | Ok(Err(FrameError::Closed)) => break,
+                Ok(Ok(other)) => {
+                    return Err(ClientError::Refused(format!("unexpected answer {other:?}")));
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err(ClientError::Refused("no answer within two minutes".into())),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(ClientError::Busy)
+}

@@ -1,0 +1,576 @@
+//! Host Escalation, host side (spec §5, decisions.md D3–D5): the Trust
+//! Anchor, the Escalation Socket, the policy pipeline and host execution.
+//!
+//! Per connection: mTLS with the sandbox's certificate (exactly one URI SAN,
+//! the identity bound to this socket) → strict request decoding → the
+//! session's delegated signature → replay and timestamp checks → cwd
+//! mapping → classification → auto-approve, or the human of *that* session
+//! → execution → audit. Anything failing before classification gets an
+//! `error` answer and nothing runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lazaret_escalate::classify::{self, AutoApproveRules, Decision};
+use lazaret_escalate::ed25519_dalek::VerifyingKey;
+use lazaret_escalate::protocol::{self, MAX_RESPONSE_FRAME, Response};
+use lazaret_escalate::server::{self, TlsAcceptor};
+use lazaret_escalate::signing::{self, VerifyContext};
+use lazaret_escalate::trust::{SandboxIdentity, TrustAnchor};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+use tokio::net::UnixListener;
+
+use super::store::{Store, hex};
+
+/// How long the Trust Anchor and its certificates live: a coordinator's
+/// lifetime is bounded by its sessions; a day is a generous upper bound.
+const CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// From accept to a decoded request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// The PATH approved commands run with (decisions.md D5).
+pub const TRUSTED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Limits on what an approved command may do.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecLimits {
+    pub timeout: Duration,
+    /// Bytes kept of stdout and of stderr each.
+    pub max_output: usize,
+}
+
+impl Default for ExecLimits {
+    fn default() -> Self {
+        ExecLimits {
+            timeout: Duration::from_secs(300),
+            max_output: 1 << 20,
+        }
+    }
+}
+
+/// What the human of a session is asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    pub request_id: String,
+    pub session_id: String,
+    pub profile: String,
+    pub cwd: String,
+    pub justification: String,
+    pub command: String,
+    /// The command would run through the host shell.
+    pub via_shell: bool,
+    /// Why it was not auto-approved.
+    pub reason: String,
+}
+
+/// The human's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Approve,
+    Deny {
+        reason: Option<String>,
+    },
+    /// Approve this edited command instead (re-checked before it runs).
+    Edit {
+        command: String,
+    },
+    /// Abort: deny, and the session is closing.
+    Abort,
+}
+
+/// What the coordinator provides: session keys and a way to ask a
+/// session's human.
+pub trait SessionDirectory: Send + Sync {
+    fn key(&self, session_id: &str) -> Option<VerifyingKey>;
+    /// Sends `prompt` to the session's terminal; `None` when that session
+    /// is gone or has nobody to ask.
+    fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>>;
+}
+
+/// The Escalation Socket of one domain.
+pub struct EscalationServer {
+    pub identity: SandboxIdentity,
+    acceptor: TlsAcceptor,
+    pub socket: PathBuf,
+    host_workspace: PathBuf,
+    rules: AutoApproveRules,
+    limits: ExecLimits,
+    store: Arc<Store>,
+    audit: Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>,
+}
+
+impl std::fmt::Debug for EscalationServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EscalationServer")
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("Trust Anchor: {0}")]
+    Trust(#[from] lazaret_escalate::trust::TrustError),
+    #[error("cannot prepare {path}: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+/// The parts of a domain the Escalation Socket needs.
+#[allow(missing_debug_implementations)]
+pub struct Setup<'a> {
+    pub profile: &'a str,
+    pub domain_hash: &'a str,
+    /// Holds the socket; mounted read-only at `/run/lazaret`.
+    pub escalation_dir: &'a Path,
+    /// Client material; on a tmpfs, mounted read-only at `/run/lazaret/certs`.
+    pub certs_dir: &'a Path,
+    /// The host folder that is `/workspace` in the sandbox.
+    pub host_workspace: &'a Path,
+    pub auto_approve: &'a [Vec<String>],
+    pub limits: ExecLimits,
+    pub store: Arc<Store>,
+    pub audit: Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>,
+}
+
+impl EscalationServer {
+    /// Creates the Trust Anchor (in memory), writes the sandbox's client
+    /// material and the agent guide, and returns the server (not yet bound).
+    pub fn new(s: Setup<'_>) -> Result<Self, SetupError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        for dir in [s.escalation_dir, s.certs_dir] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|error| SetupError::Io {
+                    path: dir.to_path_buf(),
+                    error,
+                })?;
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let anchor = TrustAnchor::generate(CERT_LIFETIME)?;
+        let identity = SandboxIdentity::new(s.profile, s.domain_hash)?;
+        anchor
+            .issue_client(&identity, CERT_LIFETIME)?
+            .write_to(s.certs_dir)?;
+        let server_cert = anchor.issue_server(CERT_LIFETIME)?;
+        let acceptor = TlsAcceptor::from(anchor.server_config(&server_cert)?);
+        let guide = s.escalation_dir.join("README.md");
+        std::fs::write(&guide, lazaret_escalate::GUIDE)
+            .map_err(|error| SetupError::Io { path: guide, error })?;
+        // Entries were checked at configuration load; any refused here is
+        // left out (and was reported there).
+        let (rules, _) = AutoApproveRules::new(s.auto_approve);
+        Ok(EscalationServer {
+            identity,
+            acceptor,
+            socket: s.escalation_dir.join("escalate.sock"),
+            host_workspace: s.host_workspace.to_path_buf(),
+            rules,
+            limits: s.limits,
+            store: s.store,
+            audit: s.audit,
+        })
+    }
+
+    /// Binds the socket and serves until the returned task is aborted.
+    pub fn serve(
+        self: Arc<Self>,
+        sessions: Arc<dyn SessionDirectory>,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let _ = std::fs::remove_file(&self.socket);
+        let listener = UnixListener::bind(&self.socket)?;
+        Ok(tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let me = self.clone();
+                let sessions = sessions.clone();
+                tokio::spawn(async move { me.handle(stream, sessions).await });
+            }
+        }))
+    }
+
+    fn audit(&self, kind: &'static str, data: serde_json::Value) {
+        (self.audit)(kind, data);
+    }
+
+    async fn handle(&self, stream: tokio::net::UnixStream, sessions: Arc<dyn SessionDirectory>) {
+        // mTLS and identity first: on failure the connection is dropped
+        // before a byte of payload is read.
+        let mut tls = match tokio::time::timeout(
+            REQUEST_DEADLINE,
+            server::accept(&self.acceptor, stream, &self.identity),
+        )
+        .await
+        {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                self.audit(
+                    "escalation-refused",
+                    serde_json::json!({ "stage": "tls", "error": e.to_string() }),
+                );
+                return;
+            }
+            Err(_) => return,
+        };
+        let req =
+            match tokio::time::timeout(REQUEST_DEADLINE, protocol::read_request_async(&mut tls))
+                .await
+            {
+                Ok(Ok(req)) => req,
+                Ok(Err(e)) => {
+                    self.audit(
+                        "escalation-refused",
+                        serde_json::json!({ "stage": "decode", "error": e.to_string() }),
+                    );
+                    let _ = protocol::write_response_async(
+                        &mut tls,
+                        &Response::error("", format!("request refused: {e}")),
+                    )
+                    .await;
+                    return;
+                }
+                Err(_) => return,
+            };
+        let response = self.judge(req, sessions.as_ref()).await;
+        let mut response = response;
+        let _ = response.fit_to(MAX_RESPONSE_FRAME);
+        let _ = protocol::write_response_async(&mut tls, &response).await;
+    }
+
+    /// Everything after decoding; returns the answer to send.
+    async fn judge(
+        &self,
+        req: lazaret_escalate::Request,
+        sessions: &dyn SessionDirectory,
+    ) -> Response {
+        let id = req.request_id.clone();
+        let refuse = |stage: &str, why: String| {
+            self.audit(
+                "escalation-refused",
+                serde_json::json!({ "stage": stage, "request_id": id, "session_id": req.session_id, "error": why }),
+            );
+            Response::error(&id, format!("request refused: {why}"))
+        };
+        let Some(key) = sessions.key(&req.session_id) else {
+            return refuse(
+                "session",
+                format!(
+                    "session {} is not a live session of this domain",
+                    req.session_id
+                ),
+            );
+        };
+        let verified =
+            match signing::verify_request(&req, &VerifyContext::new(&key, self.identity.profile()))
+            {
+                Ok(v) => v,
+                Err(e) => return refuse("signature", e.to_string()),
+            };
+        let replay_key = hex(&verified.replay_key());
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.first_sighting(&replay_key)).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                return refuse("replay", format!("request {id} was seen before (replay)"));
+            }
+            Ok(Err(e)) => return refuse("store", e.to_string()),
+            Err(e) => return refuse("store", e.to_string()),
+        }
+        let cwd = match protocol::map_cwd(
+            &req.cwd,
+            lazaret_escalate::WORKSPACE_DIR,
+            &self.host_workspace,
+        ) {
+            Ok(c) => c,
+            Err(e) => return refuse("cwd", e.to_string()),
+        };
+        let decision = classify::classify(&req.command, &self.rules);
+        self.audit(
+            "escalation-request",
+            serde_json::json!({
+                "request_id": id, "session_id": req.session_id, "profile": req.profile,
+                "cwd": req.cwd, "host_cwd": cwd, "command": req.command,
+                "justification": req.justification, "timestamp": req.timestamp,
+                "classification": describe(&decision),
+            }),
+        );
+        let _ = self.store.put_request(&id, &serde_json::json!({ "session_id": req.session_id, "command": req.command, "cwd": req.cwd, "justification": req.justification }));
+        match decision {
+            Decision::AutoApprove { argv, program_path } => {
+                self.decided(&id, "auto-approved", &req.command, None);
+                self.run(
+                    &id,
+                    Exec::Direct {
+                        program: program_path,
+                        args: argv[1..].to_vec(),
+                    },
+                    &cwd,
+                    None,
+                )
+                .await
+            }
+            Decision::NeedsHuman {
+                reason,
+                via_shell,
+                argv,
+            } => {
+                let prompt = Prompt {
+                    request_id: id.clone(),
+                    session_id: req.session_id.clone(),
+                    profile: req.profile.clone(),
+                    cwd: req.cwd.clone(),
+                    justification: req.justification.clone(),
+                    command: req.command.clone(),
+                    via_shell,
+                    reason: reason.to_string(),
+                };
+                let Some(answer) = sessions.ask(prompt) else {
+                    self.decided(
+                        &id,
+                        "denied",
+                        &req.command,
+                        Some("no human is attached to this session"),
+                    );
+                    return Response::denied(
+                        &id,
+                        "no human is attached to this session (it has no terminal), so nothing that needs approval can run",
+                    );
+                };
+                let verdict = answer.await.unwrap_or(Verdict::Deny {
+                    reason: Some("the session ended before a decision".into()),
+                });
+                match verdict {
+                    Verdict::Approve => {
+                        self.decided(&id, "approved", &req.command, None);
+                        match exec_for(&req.command, via_shell, argv) {
+                            Ok(exec) => self.run(&id, exec, &cwd, None).await,
+                            Err(e) => Response::error(&id, e),
+                        }
+                    }
+                    Verdict::Edit { command } => {
+                        // Re-checked: the edit decides shell or execve anew.
+                        let (via_shell, argv) = match classify::classify(&command, &self.rules) {
+                            Decision::AutoApprove { argv, .. } => (false, Some(argv)),
+                            Decision::NeedsHuman {
+                                via_shell, argv, ..
+                            } => (via_shell, argv),
+                        };
+                        self.decided(&id, "edited", &command, None);
+                        match exec_for(&command, via_shell, argv) {
+                            Ok(exec) => self.run(&id, exec, &cwd, Some(command)).await,
+                            Err(e) => Response::error(&id, e),
+                        }
+                    }
+                    Verdict::Deny { reason } => {
+                        let reason = reason
+                            .filter(|r| !r.trim().is_empty())
+                            .unwrap_or_else(|| "denied by the human".into());
+                        self.decided(&id, "denied", &req.command, Some(&reason));
+                        Response::denied(&id, reason)
+                    }
+                    Verdict::Abort => {
+                        self.decided(
+                            &id,
+                            "aborted",
+                            &req.command,
+                            Some("the human aborted the session"),
+                        );
+                        Response::denied(&id, "the human aborted the session")
+                    }
+                }
+            }
+        }
+    }
+
+    fn decided(&self, id: &str, decision: &str, command: &str, reason: Option<&str>) {
+        let record = serde_json::json!({
+            "request_id": id, "decision": decision, "command": command,
+            "argv": classify::split(command).ok(), "reason": reason,
+        });
+        let _ = self.store.put_decision(id, &record);
+        self.audit("escalation-decision", record);
+    }
+
+    async fn run(&self, id: &str, exec: Exec, cwd: &Path, edited: Option<String>) -> Response {
+        let started = Instant::now();
+        let out = execute(&exec, cwd, self.limits).await;
+        let resp = match out {
+            Ok(o) => {
+                self.audit(
+                    "escalation-result",
+                    serde_json::json!({
+                        "request_id": id, "exit_code": o.code, "timed_out": o.timed_out,
+                        "stdout_sha256": sha256(&o.stdout), "stderr_sha256": sha256(&o.stderr),
+                        "stdout_bytes": o.stdout.len(), "stderr_bytes": o.stderr.len(),
+                        "truncated": o.truncated, "millis": started.elapsed().as_millis() as u64,
+                    }),
+                );
+                let mut stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+                if o.timed_out {
+                    stderr.push_str(&format!(
+                        "\nlazaret: killed after {} s (the host's time limit)\n",
+                        self.limits.timeout.as_secs()
+                    ));
+                }
+                Response::approved(id, o.code, String::from_utf8_lossy(&o.stdout), stderr)
+                    .with_truncated(o.truncated)
+            }
+            Err(e) => {
+                self.audit(
+                    "escalation-result",
+                    serde_json::json!({ "request_id": id, "error": e }),
+                );
+                Response::error(id, format!("the approved command could not run: {e}"))
+            }
+        };
+        match edited {
+            Some(c) if resp.approved => resp.with_edited_command(c),
+            _ => resp,
+        }
+    }
+}
+
+fn describe(d: &Decision) -> serde_json::Value {
+    match d {
+        Decision::AutoApprove { argv, program_path } => {
+            serde_json::json!({ "auto_approve": true, "argv": argv, "program": program_path })
+        }
+        Decision::NeedsHuman {
+            reason, via_shell, ..
+        } => {
+            serde_json::json!({ "auto_approve": false, "reason": reason.to_string(), "via_shell": via_shell })
+        }
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// How an approved command runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exec {
+    /// execve, no shell.
+    Direct { program: PathBuf, args: Vec<String> },
+    /// The host shell, only ever after a human said yes.
+    Shell { command: String },
+}
+
+fn exec_for(command: &str, via_shell: bool, argv: Option<Vec<String>>) -> Result<Exec, String> {
+    if via_shell {
+        return Ok(Exec::Shell {
+            command: command.to_string(),
+        });
+    }
+    let argv = argv.unwrap_or_default();
+    let Some(program) = argv.first() else {
+        return Err("the command is empty".into());
+    };
+    let program = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        classify::resolve_program(program)
+            .ok_or_else(|| format!("`{program}` is not on the trusted PATH {TRUSTED_PATH}"))?
+    };
+    Ok(Exec::Direct {
+        program,
+        args: argv[1..].to_vec(),
+    })
+}
+
+/// What an approved command did.
+#[derive(Debug)]
+pub struct Output {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub truncated: bool,
+    pub timed_out: bool,
+}
+
+/// Runs `exec` in `cwd` with a scrubbed environment, a time limit and
+/// output caps; the whole process group is killed at the limit.
+pub async fn execute(exec: &Exec, cwd: &Path, limits: ExecLimits) -> Result<Output, String> {
+    let mut cmd = match exec {
+        Exec::Direct { program, args } => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args);
+            c
+        }
+        Exec::Shell { command } => {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.arg("-c").arg(command);
+            c
+        }
+    };
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
+    cmd.current_dir(cwd)
+        .env_clear()
+        .env("PATH", TRUSTED_PATH)
+        .env("HOME", home)
+        .env("LANG", "C.UTF-8")
+        .env("TERM", "dumb")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let err = child.stderr.take().ok_or("no stderr")?;
+    let cap = limits.max_output;
+    let read_capped = |mut r: Box<dyn tokio::io::AsyncRead + Unpin + Send>| async move {
+        let mut kept = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut truncated = false;
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = cap.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    truncated |= n > room;
+                }
+            }
+        }
+        (kept, truncated)
+    };
+    let stdout_task = tokio::spawn(read_capped(Box::new(out)));
+    let stderr_task = tokio::spawn(read_capped(Box::new(err)));
+    let (status, timed_out) = match tokio::time::timeout(limits.timeout, child.wait()).await {
+        Ok(s) => (s.map_err(|e| e.to_string())?, false),
+        Err(_) => {
+            if let Some(pid) = pid {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            (child.wait().await.map_err(|e| e.to_string())?, true)
+        }
+    };
+    let (stdout, t1) = stdout_task.await.map_err(|e| e.to_string())?;
+    let (stderr, t2) = stderr_task.await.map_err(|e| e.to_string())?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    Ok(Output {
+        code,
+        stdout,
+        stderr,
+        truncated: t1 || t2,
+        timed_out,
+    })
+}

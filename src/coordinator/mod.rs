@@ -1,0 +1,9 @@
+//! The Session Coordinator (spec §4.3.5, §4.4): one detached process per
+//! Domain Anchor owning the sandbox, the state store and the sockets.
+
+pub mod client;
+pub mod escalation;
+pub mod lock;
+pub mod protocol;
+pub mod server;
+pub mod store;

@@ -1,0 +1,189 @@
+//! The control protocol between `lazaret` sessions (CLI, UI) and the
+//! Session Coordinator: versioned, length-prefixed JSON frames over the
+//! control socket. The UI uses these same types.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Bumped on any incompatible change; a mismatch is refused in the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// No control message is anywhere near this; larger frames are refused.
+pub const MAX_FRAME: usize = 4 << 20;
+
+/// Client to coordinator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientMsg {
+    /// First message of every connection.
+    Hello {
+        version: u32,
+        /// `LAZARET_SESSION_ID`, a UUID v4; `None` for a query-only client
+        /// (status, audit), which does not hold the domain up.
+        session_id: Option<String>,
+        /// The Session Anchor's ed25519 public key, hex.
+        session_key: Option<String>,
+        pid: u32,
+        /// What the session is for, shown by `status` (e.g. "shell").
+        purpose: String,
+        /// A human at a terminal can answer escalation prompts.
+        interactive: bool,
+    },
+    /// The human's answer to a `Prompt`.
+    Decision {
+        request_id: String,
+        verdict: crate::coordinator::escalation::Verdict,
+    },
+    Status,
+    Audit,
+    Verify,
+    /// Tear the domain down now, whoever is attached.
+    Down,
+}
+
+/// Coordinator to client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CoordMsg {
+    /// Boot progress, before `Welcome`.
+    Progress {
+        step: String,
+    },
+    /// The domain is up.
+    Welcome {
+        domain: DomainStatus,
+    },
+    Status {
+        domain: DomainStatus,
+    },
+    Audit {
+        records: Vec<crate::coordinator::store::AuditRecord>,
+    },
+    Verified {
+        intact: bool,
+        records: u64,
+        first_bad: Option<u64>,
+        why: Option<String>,
+    },
+    /// The request failed; the text says why and what to do.
+    Error {
+        message: String,
+    },
+    /// The domain is being torn down; connect again to start a new one.
+    ShuttingDown,
+    /// An escalation request of this session needs its human.
+    Prompt {
+        prompt: crate::coordinator::escalation::Prompt,
+    },
+}
+
+/// What `lazaret status` shows for a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainStatus {
+    pub hash: String,
+    pub profile: String,
+    pub workspace: String,
+    pub sandbox: String,
+    pub runtime: String,
+    pub gvisor: bool,
+    pub workspace_mode: String,
+    pub sessions: Vec<SessionInfo>,
+    /// Seconds since the coordinator started.
+    pub uptime: u64,
+    pub coordinator_pid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub pid: u32,
+    pub purpose: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("connection closed")]
+    Closed,
+    #[error("frame of {0} bytes is over the limit")]
+    TooLarge(usize),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// Writes one frame: a big-endian u32 length, then JSON.
+pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> Result<(), FrameError>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    w.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    w.write_all(&body).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one frame; `Closed` on a clean end of stream.
+pub async fn read_frame<R, T>(r: &mut R) -> Result<T, FrameError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    T: serde::de::DeserializeOwned,
+{
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_refuse_garbage() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let msg = ClientMsg::Hello {
+            version: PROTOCOL_VERSION,
+            session_id: Some("s".into()),
+            session_key: None,
+            pid: 1,
+            purpose: "shell".into(),
+            interactive: true,
+        };
+        write_frame(&mut a, &msg).await.unwrap();
+        assert_eq!(read_frame::<_, ClientMsg>(&mut b).await.unwrap(), msg);
+        a.write_all(&(u32::MAX).to_be_bytes()).await.unwrap();
+        assert!(matches!(
+            read_frame::<_, ClientMsg>(&mut b).await,
+            Err(FrameError::TooLarge(_))
+        ));
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let junk = br#"{"type":"status","extra":1}"#;
+        a.write_all(&(junk.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        a.write_all(junk).await.unwrap();
+        assert!(matches!(
+            read_frame::<_, ClientMsg>(&mut b).await,
+            Err(FrameError::Malformed(_))
+        ));
+        drop(a);
+        assert!(matches!(
+            read_frame::<_, ClientMsg>(&mut b).await,
+            Err(FrameError::Closed)
+        ));
+    }
+}

@@ -1,0 +1,655 @@
+//! The Session Coordinator process: boots the domain, serves the control
+//! socket, counts sessions, and tears everything down when the last one
+//! leaves (or on SIGINT/SIGTERM, or `lazaret down`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+
+use super::escalation::{EscalationServer, ExecLimits, Prompt, SessionDirectory, Setup, Verdict};
+use super::protocol::{
+    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
+    write_frame,
+};
+use super::store::{Store, Verification};
+use crate::config::ResolvedProfile;
+use crate::engine::{Engine, Sandbox};
+use crate::git_sentry::sync::Propagator;
+use crate::host::HostEnv;
+use lazaret_escalate::ed25519_dalek::VerifyingKey;
+use tokio::sync::{mpsc, oneshot};
+
+/// With nobody attached this long after start, the coordinator gives up
+/// (the session that started it died before connecting).
+const ORPHAN_DEADLINE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Boot {
+    Booting(String),
+    Ready,
+    Failed(String),
+}
+
+struct Shared {
+    engine: Engine,
+    resolved: ResolvedProfile,
+    store: Arc<Store>,
+    started: Instant,
+    boot: watch::Receiver<Boot>,
+    sandbox: Mutex<Option<Sandbox>>,
+    /// Live sessions that hold the domain up, by connection number.
+    sessions: Mutex<BTreeMap<u64, LiveSession>>,
+    /// Escalation requests waiting for a human, by request id.
+    pending: Mutex<BTreeMap<String, oneshot::Sender<Verdict>>>,
+    /// Fires once: tear down now.
+    shutdown: watch::Sender<bool>,
+}
+
+/// A connected session that holds the domain up.
+struct LiveSession {
+    info: SessionInfo,
+    key: Option<VerifyingKey>,
+    /// Where prompts for its human go; `None` when it has no terminal.
+    prompts: Option<mpsc::UnboundedSender<Prompt>>,
+}
+
+/// The coordinator's sessions, as the Escalation Socket sees them.
+struct Directory(Arc<Shared>);
+
+impl SessionDirectory for Directory {
+    fn key(&self, session_id: &str) -> Option<VerifyingKey> {
+        let sessions = self.0.sessions.lock().expect("lock");
+        sessions
+            .values()
+            .find(|s| s.info.session_id == session_id)
+            .and_then(|s| s.key)
+    }
+
+    fn ask(&self, prompt: Prompt) -> Option<oneshot::Receiver<Verdict>> {
+        let tx = {
+            let sessions = self.0.sessions.lock().expect("lock");
+            sessions
+                .values()
+                .find(|s| s.info.session_id == prompt.session_id)?
+                .prompts
+                .clone()?
+        };
+        let (answer_tx, answer_rx) = oneshot::channel();
+        self.0
+            .pending
+            .lock()
+            .expect("lock")
+            .insert(prompt.request_id.clone(), answer_tx);
+        tx.send(prompt).ok()?;
+        Some(answer_rx)
+    }
+}
+
+fn log(msg: &str) {
+    eprintln!(
+        "[{} coordinator {}] {msg}",
+        super::store::now(),
+        std::process::id()
+    );
+}
+
+impl Shared {
+    fn status(&self) -> DomainStatus {
+        let sandbox = self.sandbox.lock().expect("lock").clone();
+        let anchor = &self.resolved.domain;
+        DomainStatus {
+            hash: anchor.hash().to_string(),
+            profile: anchor.profile().to_string(),
+            workspace: anchor.workspace().display().to_string(),
+            sandbox: anchor.sandbox_name(),
+            runtime: sandbox
+                .as_ref()
+                .map_or(self.resolved.profile.runtime.as_str(), |s| {
+                    s.runtime.as_str()
+                })
+                .to_string(),
+            gvisor: sandbox.as_ref().is_some_and(Sandbox::is_gvisor),
+            workspace_mode: sandbox
+                .as_ref()
+                .map_or("?", |s| s.layout.mode.as_str())
+                .to_string(),
+            sessions: self
+                .sessions
+                .lock()
+                .expect("lock")
+                .values()
+                .map(|s| s.info.clone())
+                .collect(),
+            uptime: self.started.elapsed().as_secs(),
+            coordinator_pid: std::process::id(),
+        }
+    }
+
+    async fn audit(&self, kind: &'static str, data: serde_json::Value) {
+        let store = self.store.clone();
+        let r = tokio::task::spawn_blocking(move || store.append(kind, data)).await;
+        if let Ok(Err(e)) | Err(e) = r.map_err(|e| super::store::StoreError::Corrupt(e.to_string()))
+        {
+            log(&format!("audit write failed: {e}"));
+        }
+    }
+}
+
+/// Runs the coordinator for `resolved` until the domain is torn down.
+/// Blocks; builds its own tokio runtime.
+pub fn run(
+    engine: Engine,
+    resolved: ResolvedProfile,
+    env: &dyn HostEnv,
+    control_socket: PathBuf,
+    owner_lock: &std::path::Path,
+    escalation: Option<crate::config::EscalationConfig>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // Our own session: no controlling terminal, no signals from the shell
+    // that started us.
+    let _ = nix::unistd::setsid();
+    // One coordinator per domain at a time: a predecessor may still be
+    // tearing down (it holds this lock until it exits, and the store).
+    let _owner = wait_for_owner_lock(owner_lock)?;
+    let domain_root = resolved.domain.domain_root(&engine.data_root);
+    std::fs::create_dir_all(&domain_root)
+        .with_context(|| format!("cannot create {}", domain_root.display()))?;
+    let store = Arc::new(Store::open(&domain_root.join("state.redb"))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    // The environment is read now, on this thread; the engine needs it later.
+    let env_snapshot = crate::host::FixedEnv {
+        vars: ["TERM", "TERMINFO", "TERMINFO_DIRS", "HOME"]
+            .iter()
+            .filter_map(|k| env.var(k).map(|v| (k.to_string(), v)))
+            .collect(),
+        passwd_home: env.passwd_home(),
+    };
+    rt.block_on(serve(
+        engine,
+        resolved,
+        store,
+        env_snapshot,
+        control_socket,
+        escalation,
+    ))
+}
+
+/// How long a new coordinator waits for its predecessor's teardown.
+const OWNER_DEADLINE: Duration = Duration::from_secs(60);
+
+fn wait_for_owner_lock(path: &std::path::Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let deadline = Instant::now() + OWNER_DEADLINE;
+    let mut said = false;
+    loop {
+        if let Some(g) = super::lock::try_exclusive(path)? {
+            return Ok(g);
+        }
+        if !said {
+            log("waiting for the previous coordinator of this domain to finish");
+            said = true;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the previous coordinator of this domain still runs after {} s (it holds {})",
+                OWNER_DEADLINE.as_secs(),
+                path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+async fn serve(
+    engine: Engine,
+    resolved: ResolvedProfile,
+    store: Arc<Store>,
+    env: crate::host::FixedEnv,
+    control_socket: PathBuf,
+    escalation: Option<crate::config::EscalationConfig>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let _ = std::fs::remove_file(&control_socket);
+    let listener = UnixListener::bind(&control_socket).with_context(|| {
+        format!(
+            "cannot bind the control socket {}",
+            control_socket.display()
+        )
+    })?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&control_socket, std::fs::Permissions::from_mode(0o600));
+    }
+    log(&format!("listening on {}", control_socket.display()));
+    let (boot_tx, boot_rx) = watch::channel(Boot::Booting("starting".into()));
+    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        engine,
+        resolved,
+        store,
+        started: Instant::now(),
+        boot: boot_rx,
+        sandbox: Mutex::new(None),
+        sessions: Mutex::new(BTreeMap::new()),
+        pending: Mutex::new(BTreeMap::new()),
+        shutdown: shutdown_tx,
+    });
+    shared
+        .audit(
+            "coordinator-start",
+            serde_json::json!({ "pid": std::process::id() }),
+        )
+        .await;
+
+    // The Escalation Socket exists before the sandbox starts.
+    let escalation_task = match &escalation {
+        Some(cfg) => {
+            Some(start_escalation(&shared, cfg).context("cannot open the Escalation Socket")?)
+        }
+        None => None,
+    };
+
+    // Boot on the blocking pool, streaming steps to waiting sessions.
+    let (stop_sync_tx, stop_sync_rx) = std::sync::mpsc::channel::<()>();
+    {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let s2 = shared.clone();
+            let tx = boot_tx.clone();
+            let result = tokio::task::spawn_blocking(move || {
+                s2.engine.up(&s2.resolved, &env, &mut |step| {
+                    let _ = tx.send(Boot::Booting(step.to_string()));
+                })
+            })
+            .await;
+            match result {
+                Ok(Ok(sandbox)) => {
+                    log(&format!(
+                        "domain up: {} under {}",
+                        sandbox.name,
+                        sandbox.runtime.as_str()
+                    ));
+                    if let Some(p) = Propagator::for_layout(&sandbox.layout) {
+                        std::thread::spawn(move || {
+                            let r = p.watch(&stop_sync_rx, &mut |r| match r {
+                                Ok(Some(oid)) => log(&format!("{} -> {oid}", p.branch)),
+                                Ok(None) => {}
+                                Err(e) => log(&format!("branch sync failed: {e}")),
+                            });
+                            if let Err(e) = r {
+                                log(&format!("cannot watch the agent's refs: {e}"));
+                            }
+                        });
+                    }
+                    shared
+                        .audit(
+                            "domain-up",
+                            serde_json::json!({ "sandbox": sandbox.name, "runtime": sandbox.runtime.as_str(), "image": sandbox.image }),
+                        )
+                        .await;
+                    *shared.sandbox.lock().expect("lock") = Some(sandbox);
+                    let _ = boot_tx.send(Boot::Ready);
+                }
+                Ok(Err(e)) => {
+                    log(&format!("boot failed: {e}"));
+                    let _ = boot_tx.send(Boot::Failed(e.to_string()));
+                    let _ = shared.shutdown.send(true);
+                }
+                Err(e) => {
+                    let _ = boot_tx.send(Boot::Failed(e.to_string()));
+                    let _ = shared.shutdown.send(true);
+                }
+            }
+        });
+    }
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let orphan = tokio::time::sleep(ORPHAN_DEADLINE);
+    tokio::pin!(orphan);
+    let mut ever_attached = false;
+    let mut next_conn = 0u64;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    next_conn += 1;
+                    ever_attached = true;
+                    tokio::spawn(handle(shared.clone(), stream, next_conn));
+                }
+            }
+            _ = shutdown_rx.changed() => break,
+            _ = sigterm.recv() => { log("SIGTERM"); break }
+            _ = sigint.recv() => { log("SIGINT"); break }
+            _ = &mut orphan, if !ever_attached => { log("nobody attached; giving up"); break }
+        }
+    }
+
+    // Teardown: no new sessions (socket gone first), then sandbox, sidecar,
+    // State Anchor (Engine::down), then the branch watcher.
+    let _ = std::fs::remove_file(&control_socket);
+    drop(listener);
+    let _ = shared.shutdown.send(true);
+    // Never tear down under a boot still in progress.
+    let mut boot = shared.boot.clone();
+    let _ = tokio::time::timeout(Duration::from_secs(300), async {
+        while matches!(*boot.borrow_and_update(), Boot::Booting(_)) {
+            if boot.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    let s2 = shared.clone();
+    let anchor = s2.resolved.domain.clone();
+    let down = tokio::task::spawn_blocking(move || s2.engine.down(&anchor)).await;
+    let _ = stop_sync_tx.send(());
+    if let Some(t) = escalation_task {
+        t.abort();
+    }
+    let _ = std::fs::remove_file(
+        shared
+            .resolved
+            .domain
+            .escalation_dir(&shared.engine.socket_dir)
+            .join("escalate.sock"),
+    );
+    match down {
+        Ok(Ok(())) => log("domain down"),
+        Ok(Err(e)) => log(&format!("teardown incomplete: {e}")),
+        Err(e) => log(&format!("teardown panicked: {e}")),
+    }
+    shared.audit("domain-down", serde_json::json!({})).await;
+    Ok(())
+}
+
+fn start_escalation(
+    shared: &Arc<Shared>,
+    cfg: &crate::config::EscalationConfig,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let anchor = &shared.resolved.domain;
+    let layout = shared.engine.layout(&shared.resolved)?;
+    let argvs: Vec<Vec<String>> = cfg.auto_approve.iter().map(|a| a.argv.clone()).collect();
+    let audit_store = shared.store.clone();
+    let server = EscalationServer::new(Setup {
+        profile: anchor.profile(),
+        domain_hash: anchor.hash(),
+        escalation_dir: &anchor.escalation_dir(&shared.engine.socket_dir),
+        certs_dir: &anchor.certs_dir(&shared.engine.rundir),
+        host_workspace: &layout.workspace_source,
+        auto_approve: &argvs,
+        limits: ExecLimits::default(),
+        store: shared.store.clone(),
+        audit: Arc::new(move |kind, data| {
+            if let Err(e) = audit_store.append(kind, data) {
+                log(&format!("audit write failed: {e}"));
+            }
+        }),
+    })?;
+    log(&format!(
+        "escalation socket {} for {}",
+        server.socket.display(),
+        server.identity.uri()
+    ));
+    Ok(Arc::new(server).serve(Arc::new(Directory(shared.clone())))?)
+}
+
+async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
+    let hello = match tokio::time::timeout(
+        Duration::from_secs(10),
+        read_frame::<_, ClientMsg>(&mut stream),
+    )
+    .await
+    {
+        Ok(Ok(h)) => h,
+        _ => return,
+    };
+    let ClientMsg::Hello {
+        version,
+        session_id,
+        session_key,
+        pid,
+        purpose,
+        interactive,
+    } = hello
+    else {
+        let _ = write_frame(
+            &mut stream,
+            &CoordMsg::Error {
+                message: "expected hello".into(),
+            },
+        )
+        .await;
+        return;
+    };
+    if version != PROTOCOL_VERSION {
+        let _ = write_frame(
+            &mut stream,
+            &CoordMsg::Error {
+                message: format!(
+                    "protocol version {version} is not {PROTOCOL_VERSION}: this domain's coordinator is another Lazaret build; `lazaret down` it first"
+                ),
+            },
+        )
+        .await;
+        return;
+    }
+    if *shared.shutdown.borrow() {
+        let _ = write_frame(&mut stream, &CoordMsg::ShuttingDown).await;
+        return;
+    }
+    let mut prompt_rx: Option<mpsc::UnboundedReceiver<Prompt>> = None;
+    // A holding session counts from now: the domain stays up while it waits.
+    let holder = session_id.as_ref().map(|id| SessionInfo {
+        session_id: id.clone(),
+        pid,
+        purpose: purpose.clone(),
+    });
+    if let Some(info) = &holder {
+        if uuid::Uuid::parse_str(&info.session_id).map(|u| u.get_version_num()) != Ok(4) {
+            let _ = write_frame(
+                &mut stream,
+                &CoordMsg::Error {
+                    message: "session_id must be a UUID v4".into(),
+                },
+            )
+            .await;
+            return;
+        }
+        let key = match session_key.as_deref().map(parse_key) {
+            Some(Ok(k)) => Some(k),
+            Some(Err(e)) => {
+                let _ = write_frame(&mut stream, &CoordMsg::Error { message: e }).await;
+                return;
+            }
+            None => None,
+        };
+        let prompts = if interactive {
+            let (tx, rx) = mpsc::unbounded_channel();
+            prompt_rx = Some(rx);
+            Some(tx)
+        } else {
+            None
+        };
+        shared.sessions.lock().expect("lock").insert(
+            conn,
+            LiveSession {
+                info: info.clone(),
+                key,
+                prompts,
+            },
+        );
+        let store = shared.store.clone();
+        let record = serde_json::json!({ "session_id": info.session_id, "key": session_key, "pid": pid, "purpose": purpose, "started": super::store::now() });
+        let id = info.session_id.clone();
+        let _ = tokio::task::spawn_blocking(move || store.put_session(&id, &record)).await;
+        shared
+            .audit("session-start", serde_json::json!({ "session_id": info.session_id, "pid": pid, "purpose": purpose }))
+            .await;
+    }
+    let result = serve_session(&shared, &mut stream, prompt_rx).await;
+    if let Some(info) = holder {
+        let remaining = {
+            let mut s = shared.sessions.lock().expect("lock");
+            s.remove(&conn);
+            s.len()
+        };
+        shared
+            .audit(
+                "session-end",
+                serde_json::json!({ "session_id": info.session_id, "pid": info.pid }),
+            )
+            .await;
+        if remaining == 0 {
+            log("last session left");
+            let _ = shared.shutdown.send(true);
+        }
+    }
+    if let Err(e) = result
+        && !matches!(e, FrameError::Closed)
+    {
+        log(&format!("connection {conn}: {e}"));
+    }
+}
+
+fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect::<Option<_>>()
+        .ok_or("the session key is not hex")?;
+    let arr: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| "the session key is not 32 bytes".to_string())?;
+    VerifyingKey::from_bytes(&arr)
+        .map_err(|e| format!("the session key is not an ed25519 key: {e}"))
+}
+
+async fn serve_session(
+    shared: &Arc<Shared>,
+    stream: &mut UnixStream,
+    mut prompts: Option<mpsc::UnboundedReceiver<Prompt>>,
+) -> Result<(), FrameError> {
+    // Wait for the boot, forwarding progress.
+    let mut boot = shared.boot.clone();
+    loop {
+        let state = boot.borrow_and_update().clone();
+        match state {
+            Boot::Ready => break,
+            Boot::Failed(message) => {
+                write_frame(
+                    stream,
+                    &CoordMsg::Error {
+                        message: format!("the domain could not start: {message}"),
+                    },
+                )
+                .await?;
+                return Ok(());
+            }
+            Boot::Booting(step) => write_frame(stream, &CoordMsg::Progress { step }).await?,
+        }
+        if boot.changed().await.is_err() {
+            return Ok(());
+        }
+    }
+    write_frame(
+        stream,
+        &CoordMsg::Welcome {
+            domain: shared.status(),
+        },
+    )
+    .await?;
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let msg = tokio::select! {
+            m = read_frame::<_, ClientMsg>(stream) => m?,
+            Some(prompt) = async { match prompts.as_mut() { Some(p) => p.recv().await, None => None } } => {
+                write_frame(stream, &CoordMsg::Prompt { prompt }).await?;
+                continue;
+            }
+            _ = shutdown.changed() => {
+                let _ = write_frame(stream, &CoordMsg::ShuttingDown).await;
+                return Ok(());
+            }
+        };
+        let reply = match msg {
+            ClientMsg::Status => CoordMsg::Status {
+                domain: shared.status(),
+            },
+            ClientMsg::Audit => {
+                let store = shared.store.clone();
+                match tokio::task::spawn_blocking(move || store.records()).await {
+                    Ok(Ok(records)) => CoordMsg::Audit { records },
+                    Ok(Err(e)) => CoordMsg::Error {
+                        message: e.to_string(),
+                    },
+                    Err(e) => CoordMsg::Error {
+                        message: e.to_string(),
+                    },
+                }
+            }
+            ClientMsg::Verify => {
+                let store = shared.store.clone();
+                match tokio::task::spawn_blocking(move || store.verify()).await {
+                    Ok(Ok(v)) => verified(&v),
+                    Ok(Err(e)) => CoordMsg::Error {
+                        message: e.to_string(),
+                    },
+                    Err(e) => CoordMsg::Error {
+                        message: e.to_string(),
+                    },
+                }
+            }
+            ClientMsg::Down => {
+                log("down requested");
+                let _ = shared.shutdown.send(true);
+                CoordMsg::ShuttingDown
+            }
+            ClientMsg::Hello { .. } => CoordMsg::Error {
+                message: "already said hello".into(),
+            },
+            ClientMsg::Decision {
+                request_id,
+                verdict,
+            } => {
+                match shared.pending.lock().expect("lock").remove(&request_id) {
+                    Some(tx) => {
+                        let _ = tx.send(verdict);
+                    }
+                    None => log(&format!("a decision for unknown request {request_id}")),
+                }
+                continue;
+            }
+        };
+        write_frame(stream, &reply).await?;
+    }
+}
+
+/// The wire form of a verification result.
+pub fn verified(v: &Verification) -> CoordMsg {
+    match v {
+        Verification::Intact { records, .. } => CoordMsg::Verified {
+            intact: true,
+            records: *records,
+            first_bad: None,
+            why: None,
+        },
+        Verification::Broken { seq, why } => CoordMsg::Verified {
+            intact: false,
+            records: 0,
+            first_bad: Some(*seq),
+            why: Some(why.clone()),
+        },
+    }
+}

@@ -1,0 +1,295 @@
+//! Images built locally: the Debian base image for agents, and the Network
+//! Sidecar's `FROM scratch` image holding one static binary.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::podman::{Podman, PodmanError};
+use crate::install::{SIDECAR_BINARY, find_helper};
+
+/// Repository of the base images `lazaret image build` makes.
+pub const BASE_REPOSITORY: &str = "localhost/lazaret";
+/// Repository of the sidecar image, tagged by the binary's digest.
+pub const SIDECAR_REPOSITORY: &str = "localhost/lazaret/sidecar";
+/// Where the sidecar binary sits in its image.
+pub const SIDECAR_PATH: &str = "/lazaret-sidecar";
+/// Packages every base image gets: git for the agent's repository, the
+/// certificates, and the tools a person expects in a shell.
+pub const BASE_PACKAGES: &[&str] = &[
+    "git",
+    "ca-certificates",
+    "procps",
+    "iproute2",
+    "ncurses-bin",
+    "ncurses-term",
+    "less",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error(transparent)]
+    Podman(#[from] PodmanError),
+    #[error(
+        "`{0}` not found next to lazaret or in /usr/local/lib/lazaret; build and install it with sudo scripts/setup"
+    )]
+    MissingHelper(&'static str),
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
+    #[error(
+        "mmdebstrap failed ({status}); its last lines:\n{tail}\nCheck the mirror is reachable, or pass --mirror"
+    )]
+    Bootstrap { status: String, tail: String },
+    #[error(
+        "mmdebstrap is not installed; it builds the base image without root: sudo apt-get install mmdebstrap"
+    )]
+    NoMmdebstrap,
+    #[error("`{0}` is not a package name")]
+    BadPackage(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ImageError {
+    let what = what.into();
+    move |error| ImageError::Io { what, error }
+}
+
+/// SHA-256 of a file, hex.
+pub fn file_sha256(path: &Path) -> Result<String, ImageError> {
+    let mut f = std::fs::File::open(path).map_err(io(format!("cannot read {}", path.display())))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(io(format!("cannot read {}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The sidecar image for the installed `lazaret-sidecar`, built when the
+/// binary changed (the tag is the binary's digest). Returns the image name.
+pub fn ensure_sidecar_image(podman: &Podman) -> Result<String, ImageError> {
+    let binary = find_helper(SIDECAR_BINARY).ok_or(ImageError::MissingHelper(SIDECAR_BINARY))?;
+    let digest = file_sha256(&binary)?;
+    let image = format!("{SIDECAR_REPOSITORY}:{}", &digest[..12]);
+    if podman.image_exists(&image)? {
+        return Ok(image);
+    }
+    let dir = tempfile::tempdir().map_err(io("cannot create a temporary folder"))?;
+    let tar_path = dir.path().join("sidecar.tar");
+    let file = std::fs::File::create(&tar_path).map_err(io("cannot write the sidecar tarball"))?;
+    let mut tar = tar::Builder::new(file);
+    let data = std::fs::read(&binary).map_err(io(format!("cannot read {}", binary.display())))?;
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o755);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_cksum();
+    tar.append_data(
+        &mut header,
+        SIDECAR_PATH.trim_start_matches('/'),
+        data.as_slice(),
+    )
+    .and_then(|()| tar.finish())
+    .map_err(io("cannot write the sidecar tarball"))?;
+    drop(tar);
+    podman.run_with(
+        [
+            "import".as_ref(),
+            "--quiet".as_ref(),
+            "--change".as_ref(),
+            format!("ENTRYPOINT [\"{SIDECAR_PATH}\"]").as_ref(),
+            "--change".as_ref(),
+            "CMD [\"hold\"]".as_ref(),
+            "--change".as_ref(),
+            format!("LABEL lazaret.sidecar.sha256={digest}").as_ref(),
+            tar_path.as_os_str(),
+            std::ffi::OsStr::new(&image),
+        ],
+        Duration::from_secs(120),
+        None,
+    )?;
+    Ok(image)
+}
+
+/// What `lazaret image build` makes.
+#[derive(Debug, Clone)]
+pub struct BaseImageRequest {
+    /// Debian release (suite), e.g. `trixie`.
+    pub release: String,
+    pub mirror: String,
+    /// Packages beyond [`BASE_PACKAGES`].
+    pub include: Vec<String>,
+    /// Extra tag to apply (besides `{release}:{date}-{digest}` and `:latest`).
+    pub tag: Option<String>,
+}
+
+/// The result of a base image build.
+#[derive(Debug, Clone)]
+pub struct BuiltImage {
+    pub tags: Vec<String>,
+    pub digest: String,
+    pub tar_bytes: u64,
+    pub bootstrap_time: Duration,
+    pub import_time: Duration,
+}
+
+fn valid_package(p: &str) -> bool {
+    // Debian policy: lower case letters, digits, + - . ; starts alphanumeric.
+    p.len() >= 2
+        && p.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && p.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
+/// Builds a Debian base image rootless (mmdebstrap in unshare mode, then
+/// `podman import`). `progress` receives each line mmdebstrap prints.
+pub fn build_base_image(
+    podman: &Podman,
+    req: &BaseImageRequest,
+    scratch: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<BuiltImage, ImageError> {
+    let mut packages: Vec<String> = BASE_PACKAGES.iter().map(|s| s.to_string()).collect();
+    for p in &req.include {
+        if !valid_package(p) {
+            return Err(ImageError::BadPackage(p.clone()));
+        }
+        if !packages.contains(p) {
+            packages.push(p.clone());
+        }
+    }
+    if !valid_package(&req.release) {
+        return Err(ImageError::BadPackage(req.release.clone()));
+    }
+    if crate::install::which("mmdebstrap").is_none() {
+        return Err(ImageError::NoMmdebstrap);
+    }
+    std::fs::create_dir_all(scratch).map_err(io(format!("cannot create {}", scratch.display())))?;
+    let dir = tempfile::Builder::new()
+        .prefix("image-build-")
+        .tempdir_in(scratch)
+        .map_err(io("cannot create a temporary folder"))?;
+    let tar_path: PathBuf = dir.path().join("rootfs.tar");
+
+    let started = Instant::now();
+    let mut child = Command::new("mmdebstrap")
+        .args(["--mode=unshare", "--variant=minbase", "--format=tar"])
+        .arg(format!("--include={}", packages.join(",")))
+        .arg(&req.release)
+        .arg(&tar_path)
+        .arg(&req.mirror)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io("cannot run mmdebstrap"))?;
+    // mmdebstrap reports on stderr; keep the tail for the error message.
+    let stderr = child.stderr.take().expect("piped");
+    let mut tail: Vec<String> = Vec::new();
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        progress(&line);
+        tail.push(line);
+        if tail.len() > 15 {
+            tail.remove(0);
+        }
+    }
+    let status = child.wait().map_err(io("cannot wait for mmdebstrap"))?;
+    if !status.success() {
+        return Err(ImageError::Bootstrap {
+            status: status.to_string(),
+            tail: tail.join("\n"),
+        });
+    }
+    let bootstrap_time = started.elapsed();
+
+    let digest = file_sha256(&tar_path)?;
+    let tar_bytes = std::fs::metadata(&tar_path).map(|m| m.len()).unwrap_or(0);
+    let date = podman_date();
+    let main_tag = format!("{BASE_REPOSITORY}/{}:{date}-{}", req.release, &digest[..12]);
+    let started = Instant::now();
+    progress(&format!("importing into podman as {main_tag}"));
+    podman.run_with(
+        [
+            "import".as_ref(),
+            "--quiet".as_ref(),
+            "--change".as_ref(),
+            "CMD [\"/bin/bash\", \"-l\"]".as_ref(),
+            "--change".as_ref(),
+            format!("LABEL lazaret.base.digest={digest}").as_ref(),
+            "--change".as_ref(),
+            format!("LABEL lazaret.base.release={}", req.release).as_ref(),
+            tar_path.as_os_str(),
+            std::ffi::OsStr::new(&main_tag),
+        ],
+        Duration::from_secs(600),
+        None,
+    )?;
+    let mut tags = vec![main_tag.clone()];
+    let latest = format!("{BASE_REPOSITORY}/{}:latest", req.release);
+    for extra in std::iter::once(&latest).chain(req.tag.as_ref()) {
+        podman.run(["tag", main_tag.as_str(), extra.as_str()])?;
+        tags.push(extra.clone());
+    }
+    Ok(BuiltImage {
+        tags,
+        digest,
+        tar_bytes,
+        bootstrap_time,
+        import_time: started.elapsed(),
+    })
+}
+
+/// Today's date as YYYYMMDD (UTC), for image tags.
+fn podman_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm), to avoid a date crate.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_names() {
+        assert!(valid_package("git"));
+        assert!(valid_package("g++"));
+        assert!(valid_package("libc6.1-dev"));
+        assert!(!valid_package("a"));
+        assert!(!valid_package("git;rm"));
+        assert!(!valid_package("-x"));
+        assert!(!valid_package("Git"));
+    }
+
+    #[test]
+    fn date_is_eight_digits() {
+        let d = podman_date();
+        assert_eq!(d.len(), 8);
+        assert!(d.starts_with("20"));
+    }
+}

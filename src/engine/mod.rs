@@ -1,0 +1,542 @@
+//! The sandbox engine: turns a resolved profile and workspace (a Domain
+//! Anchor) into a running Network Sidecar and Agent Sandbox, and back into
+//! nothing.
+//!
+//! Start order (FR-3): sidecar (runc, owns the network namespace) → healthy →
+//! State Anchor overlays → Agent Sandbox (runsc, joined to the sidecar's
+//! namespace). Teardown runs the other way and always completes: every step
+//! is attempted and idempotent, and leftovers of a killed process are found
+//! by name.
+
+pub mod images;
+pub mod mounts;
+pub mod podman;
+pub mod state_anchor;
+pub mod wrapper;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::{ResolvedProfile, Runtime};
+use crate::domain::DomainAnchor;
+use crate::git_sentry::WorkspaceLayout;
+use crate::host::HostEnv;
+use crate::install::{ESCALATE_BINARY, find_helper};
+use crate::rundir::RuntimeDir;
+use mounts::Mount;
+use podman::{Podman, PodmanError};
+
+/// Labels put on every container Lazaret starts.
+pub const LABEL_DOMAIN: &str = "lazaret.domain";
+pub const LABEL_ROLE: &str = "lazaret.role";
+pub const LABEL_RUNTIME: &str = "lazaret.runtime";
+pub const LABEL_PROFILE: &str = "lazaret.profile";
+pub const LABEL_WORKSPACE: &str = "lazaret.workspace";
+
+/// How long the sidecar may take to become healthy.
+const SIDECAR_DEADLINE: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Podman(#[from] PodmanError),
+    #[error(transparent)]
+    Image(#[from] images::ImageError),
+    #[error(transparent)]
+    Wrapper(#[from] wrapper::WrapperError),
+    #[error(transparent)]
+    StateAnchor(#[from] state_anchor::StateAnchorError),
+    #[error("cannot prepare {path}: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "image `{0}` is not in local storage and could not be pulled; build it with `lazaret image build` or fix the profile's image"
+    )]
+    NoImage(String),
+    #[error("mount table: {0}")]
+    Mount(String),
+    #[error("the Network Sidecar {name} did not become healthy within {secs} s: {detail}")]
+    SidecarUnhealthy {
+        name: String,
+        secs: u64,
+        detail: String,
+    },
+    #[error(
+        "the Agent Sandbox {name} runs under `{actual}`, not the expected `{expected}`; it was stopped"
+    )]
+    RuntimeMismatch {
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{0}")]
+    Teardown(String),
+    #[error(transparent)]
+    Git(#[from] crate::git_sentry::GitError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |error| EngineError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// Where the engine keeps its host-side files.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub podman: Podman,
+    /// The Storage Root.
+    pub data_root: PathBuf,
+    /// `[escalation].socket_dir`.
+    pub socket_dir: PathBuf,
+    pub rundir: RuntimeDir,
+}
+
+/// A running domain, as the engine started (or found) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub name: String,
+    pub sidecar: String,
+    pub image: String,
+    pub sidecar_image: String,
+    /// The runtime the sandbox really runs under (checked after start).
+    pub runtime: Runtime,
+    /// The `--runtime` podman was given (the wrapper for runsc).
+    pub runtime_path: String,
+    pub persistent: Vec<state_anchor::PersistentDir>,
+    /// How the workspace is shared (and where the agent's git lives).
+    pub layout: WorkspaceLayout,
+}
+
+impl Sandbox {
+    pub fn is_gvisor(&self) -> bool {
+        self.runtime.is_gvisor()
+    }
+}
+
+/// Steps of `up`, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    CleaningLeftovers,
+    PreparingWorkspace,
+    SidecarImage,
+    StartingSidecar,
+    MountingStateAnchor,
+    StartingSandbox,
+    Ready,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::CleaningLeftovers => "removing leftovers of an earlier run",
+            Step::PreparingWorkspace => "preparing the agent's workspace and branch",
+            Step::SidecarImage => "preparing the Network Sidecar image",
+            Step::StartingSidecar => "starting the Network Sidecar (runc)",
+            Step::MountingStateAnchor => "mounting the State Anchor",
+            Step::StartingSandbox => "starting the Agent Sandbox",
+            Step::Ready => "ready",
+        })
+    }
+}
+
+impl Engine {
+    pub fn new(config: &crate::config::Config, rundir: RuntimeDir) -> Self {
+        Engine {
+            podman: Podman::default(),
+            data_root: config.data_root.clone(),
+            socket_dir: config.escalation.socket_dir.clone(),
+            rundir,
+        }
+    }
+
+    fn domain_root(&self, anchor: &DomainAnchor) -> PathBuf {
+        anchor.domain_root(&self.data_root)
+    }
+
+    /// Starts the domain of `resolved`, or returns it when it already runs.
+    pub fn up(
+        &self,
+        resolved: &ResolvedProfile,
+        env: &dyn HostEnv,
+        progress: &mut dyn FnMut(Step),
+    ) -> Result<Sandbox, EngineError> {
+        let anchor = &resolved.domain;
+        let profile = &resolved.profile;
+        // Decide the runtime first: with runsc missing this fails before
+        // anything starts (decisions.md D7).
+        let runtime_path = match profile.runtime {
+            Runtime::Runsc => wrapper::ensure(&self.data_root.join("runtime"))?
+                .to_string_lossy()
+                .into_owned(),
+            Runtime::Runc => "runc".to_string(),
+        };
+        let layout = self.layout(resolved)?;
+        if self.podman.is_running(&anchor.sandbox_name())?
+            && self.podman.is_running(&anchor.sidecar_name())?
+            && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
+        {
+            progress(Step::Ready);
+            return Ok(s);
+        }
+        if !self
+            .podman
+            .containers_with_label(LABEL_DOMAIN, anchor.hash())?
+            .is_empty()
+        {
+            progress(Step::CleaningLeftovers);
+            self.down(anchor)?;
+        }
+        self.ensure_image(&profile.image)?;
+        progress(Step::PreparingWorkspace);
+        layout.prepare()?;
+        progress(Step::SidecarImage);
+        let sidecar_image = images::ensure_sidecar_image(&self.podman)?;
+
+        progress(Step::StartingSidecar);
+        let result = self
+            .start_sidecar(anchor, &sidecar_image)
+            .and_then(|()| {
+                progress(Step::MountingStateAnchor);
+                state_anchor::mount(
+                    &self.podman,
+                    &self.domain_root(anchor),
+                    &profile.image,
+                    &profile.persistent_dirs,
+                )
+                .map_err(EngineError::from)
+            })
+            .and_then(|persistent| {
+                progress(Step::StartingSandbox);
+                self.start_sandbox(resolved, env, &runtime_path, &persistent, &layout)?;
+                Ok(Sandbox {
+                    name: anchor.sandbox_name(),
+                    sidecar: anchor.sidecar_name(),
+                    image: profile.image.clone(),
+                    sidecar_image: sidecar_image.clone(),
+                    runtime: profile.runtime,
+                    runtime_path: runtime_path.clone(),
+                    persistent,
+                    layout: layout.clone(),
+                })
+            })
+            .and_then(|s| {
+                self.verify_runtime(&s)?;
+                Ok(s)
+            });
+        match result {
+            Ok(s) => {
+                progress(Step::Ready);
+                Ok(s)
+            }
+            Err(e) => {
+                // Nothing half-started is left behind; the start error wins.
+                let _ = self.down(anchor);
+                Err(e)
+            }
+        }
+    }
+
+    /// How `resolved`'s workspace is shared (decisions.md D1).
+    pub fn layout(&self, resolved: &ResolvedProfile) -> Result<WorkspaceLayout, EngineError> {
+        Ok(WorkspaceLayout::decide(
+            resolved.domain.workspace(),
+            &self.domain_root(&resolved.domain),
+            resolved.domain.profile(),
+            resolved.profile.workspace_mode,
+        )?)
+    }
+
+    /// A running domain's description, from podman's own records.
+    fn describe(
+        &self,
+        resolved: &ResolvedProfile,
+        runtime_path: &str,
+        layout: &WorkspaceLayout,
+    ) -> Result<Sandbox, EngineError> {
+        let anchor = &resolved.domain;
+        let actual = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.OCIRuntime}}",
+            &anchor.sandbox_name(),
+        ])?;
+        if actual.trim() != runtime_path {
+            return Err(EngineError::RuntimeMismatch {
+                name: anchor.sandbox_name(),
+                expected: runtime_path.into(),
+                actual,
+            });
+        }
+        let sidecar_image = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.ImageName}}",
+            &anchor.sidecar_name(),
+        ])?;
+        Ok(Sandbox {
+            name: anchor.sandbox_name(),
+            sidecar: anchor.sidecar_name(),
+            image: resolved.profile.image.clone(),
+            sidecar_image,
+            runtime: resolved.profile.runtime,
+            runtime_path: runtime_path.to_string(),
+            persistent: resolved
+                .profile
+                .persistent_dirs
+                .iter()
+                .map(|d| state_anchor::layout(&self.domain_root(anchor), d))
+                .collect(),
+            layout: layout.clone(),
+        })
+    }
+
+    fn ensure_image(&self, image: &str) -> Result<(), EngineError> {
+        if self.podman.image_exists(image)? {
+            return Ok(());
+        }
+        if image.starts_with("localhost/") {
+            return Err(EngineError::NoImage(image.to_string()));
+        }
+        self.podman
+            .run_with(["pull", "--quiet", image], Duration::from_secs(600), None)
+            .map(drop)
+            .map_err(|_| EngineError::NoImage(image.to_string()))
+    }
+
+    fn labels(anchor: &DomainAnchor, role: &str, runtime: &str) -> Vec<String> {
+        [
+            (LABEL_DOMAIN, anchor.hash().to_string()),
+            (LABEL_ROLE, role.to_string()),
+            (LABEL_RUNTIME, runtime.to_string()),
+            (LABEL_PROFILE, anchor.profile().to_string()),
+            (LABEL_WORKSPACE, anchor.workspace().display().to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")])
+        .collect()
+    }
+
+    fn start_sidecar(&self, anchor: &DomainAnchor, image: &str) -> Result<(), EngineError> {
+        let name = anchor.sidecar_name();
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--detach".into(),
+            "--name".into(),
+            name.clone(),
+            "--runtime".into(),
+            "runc".into(),
+            // It needs exactly one capability: to change its own routes.
+            "--cap-drop".into(),
+            "all".into(),
+            "--cap-add".into(),
+            "NET_ADMIN".into(),
+            "--security-opt".into(),
+            "no-new-privileges".into(),
+            "--read-only".into(),
+            "--network".into(),
+            "slirp4netns:allow_host_loopback=true".into(),
+        ];
+        args.extend(Self::labels(anchor, "sidecar", "runc"));
+        args.push(image.to_string());
+        args.push("hold".into());
+        self.podman.run(&args)?;
+        let deadline = Instant::now() + SIDECAR_DEADLINE;
+        loop {
+            let state = self.podman.run([
+                "container",
+                "inspect",
+                "--format",
+                "{{.State.Status}}",
+                &name,
+            ])?;
+            if state.trim() == "running" {
+                return Ok(());
+            }
+            if Instant::now() > deadline || state.trim() == "exited" {
+                let logs = self.podman.run(["logs", &name]).unwrap_or_default();
+                return Err(EngineError::SidecarUnhealthy {
+                    name,
+                    secs: SIDECAR_DEADLINE.as_secs(),
+                    detail: format!("state {}; log: {}", state.trim(), logs.trim()),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The host folders `/run/lazaret` is made of: the domain's escalation
+    /// folder (holding the socket), the escalation binary and the certs.
+    fn prepare_run_lazaret(
+        &self,
+        anchor: &DomainAnchor,
+        extra_points: &[&str],
+    ) -> Result<Vec<Mount>, EngineError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let esc = anchor.escalation_dir(&self.socket_dir);
+        let certs = anchor.certs_dir(&self.rundir);
+        for dir in [&self.socket_dir, &esc, &certs] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err(dir))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io_err(dir))?;
+        }
+        // Mount points for the nested mounts must exist: the folder itself
+        // is mounted read-only, so none can be created inside it.
+        let bin_point = esc.join("escalate");
+        if !bin_point.exists() {
+            std::fs::write(&bin_point, b"").map_err(io_err(&bin_point))?;
+        }
+        for point in std::iter::once(&"certs").chain(extra_points) {
+            let p = esc.join(point);
+            std::fs::create_dir_all(&p).map_err(io_err(&p))?;
+        }
+        let escalate = find_helper(ESCALATE_BINARY)
+            .ok_or(images::ImageError::MissingHelper(ESCALATE_BINARY))?;
+        Ok(vec![
+            Mount::bind(&esc, escalate_sys::SANDBOX_DIR, true),
+            Mount::bind(
+                escalate,
+                format!("{}/escalate", escalate_sys::SANDBOX_DIR),
+                true,
+            ),
+            Mount::bind(&certs, escalate_sys::CERTS_DIR, true),
+        ])
+    }
+
+    fn start_sandbox(
+        &self,
+        resolved: &ResolvedProfile,
+        env: &dyn HostEnv,
+        runtime_path: &str,
+        persistent: &[state_anchor::PersistentDir],
+        layout: &WorkspaceLayout,
+    ) -> Result<(), EngineError> {
+        let anchor = &resolved.domain;
+        let mut table: Vec<Mount> = layout.mounts();
+        table.extend(self.prepare_run_lazaret(anchor, &layout.run_lazaret_points())?);
+        for p in persistent {
+            table.push(Mount::bind(&p.merged, &p.container, false));
+        }
+        let term = env.var("TERM").unwrap_or_else(|| "xterm-256color".into());
+        if let Some(m) = mounts::terminfo(&term, &mounts::terminfo_dirs(env)) {
+            table.push(m);
+        }
+        for v in &resolved.volumes {
+            if v.in_storage_root {
+                std::fs::create_dir_all(&v.host).map_err(io_err(&v.host))?;
+            }
+            table.push(mounts::volume(v));
+        }
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--detach".into(),
+            "--name".into(),
+            anchor.sandbox_name(),
+            "--runtime".into(),
+            runtime_path.into(),
+            "--network".into(),
+            format!("container:{}", anchor.sidecar_name()),
+            "--security-opt".into(),
+            "no-new-privileges".into(),
+            "--workdir".into(),
+            mounts::WORKSPACE.into(),
+            "--env".into(),
+            format!("TERM={term}"),
+            "--env".into(),
+            format!("LAZARET_PROFILE={}", anchor.profile()),
+            "--env".into(),
+            format!("LAZARET_DOMAIN={}", anchor.hash()),
+            // Where an agent learns what the sandbox is and how to ask.
+            "--env".into(),
+            format!("LAZARET_GUIDE={}", lazaret_escalate::GUIDE_PATH),
+        ];
+        let layout_env = layout.env();
+        let env_pairs = layout_env.iter().map(|(k, v)| (k, v)).chain(&resolved.env);
+        for (k, v) in env_pairs {
+            args.push("--env".into());
+            args.push(format!("{k}={v}"));
+        }
+        args.extend(Self::labels(
+            anchor,
+            "sandbox",
+            resolved.profile.runtime.as_str(),
+        ));
+        for m in &table {
+            args.extend(m.podman_args().map_err(EngineError::Mount)?);
+        }
+        args.push(resolved.profile.image.clone());
+        args.extend(["sleep".into(), "infinity".into()]);
+        self.podman.run(&args)?;
+        Ok(())
+    }
+
+    /// The sandbox must run under the runtime asked for: a silent downgrade
+    /// of isolation is never acceptable.
+    fn verify_runtime(&self, s: &Sandbox) -> Result<(), EngineError> {
+        let actual = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.OCIRuntime}}",
+            &s.name,
+        ])?;
+        if actual.trim() != s.runtime_path {
+            return Err(EngineError::RuntimeMismatch {
+                name: s.name.clone(),
+                expected: s.runtime_path.clone(),
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stops and removes the sandbox, then the sidecar, then unmounts the
+    /// State Anchor. Every step is attempted even when one fails; the
+    /// report lists what failed. Safe to call on a domain that is not up.
+    pub fn down(&self, anchor: &DomainAnchor) -> Result<(), EngineError> {
+        let mut failures = Vec::new();
+        // Dependants first: podman refuses to remove the namespace owner
+        // while the sandbox uses it.
+        let mut names = vec![anchor.sandbox_name(), anchor.sidecar_name()];
+        for other in self
+            .podman
+            .containers_with_label(LABEL_DOMAIN, anchor.hash())
+            .unwrap_or_default()
+        {
+            if !names.contains(&other) {
+                names.insert(0, other);
+            }
+        }
+        for name in &names {
+            if let Err(e) = self.podman.remove(name) {
+                failures.push(format!("removing {name}: {e}"));
+            }
+        }
+        if let Err(e) = state_anchor::unmount(&self.podman, &self.domain_root(anchor)) {
+            failures.push(format!("unmounting the State Anchor: {e}"));
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::Teardown(format!(
+                "teardown of domain {} was incomplete: {}",
+                anchor.hash(),
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+/// In-sandbox paths, shared with the escalation client.
+mod escalate_sys {
+    pub use lazaret_escalate::{CERTS_DIR, SANDBOX_DIR};
+}

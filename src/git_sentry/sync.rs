@@ -1,0 +1,226 @@
+//! Branch propagation: the agent's branch reaches the host repository's
+//! `refs/heads/lazaret/agent-<profile>`, and only that ref.
+//!
+//! The host never runs git *in* the agent's git directory (its config,
+//! hooks and refs are the agent's to write). Instead Lazaret reads the one
+//! ref itself, checks it is a plain object id, and fetches from a private
+//! "shadow" git directory under the Domain Root whose config is Lazaret's and
+//! whose objects come from the agent's through `objects/info/alternates`.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+
+use super::{GitError, host_git, run};
+
+/// Reads `refs/heads/<branch>` of a git directory without running git:
+/// the loose ref file (a regular file, never a symlink), else packed-refs.
+pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitError> {
+    let loose = gitdir.join("refs/heads").join(branch);
+    if let Ok(meta) = std::fs::symlink_metadata(&loose) {
+        if !meta.is_file() {
+            return Err(GitError::BadRef(format!(
+                "refs/heads/{branch} is not a regular file"
+            )));
+        }
+        let text = std::fs::read_to_string(&loose).map_err(|error| GitError::Io {
+            path: loose.clone(),
+            error,
+        })?;
+        return check_oid(text.trim()).map(Some);
+    }
+    let packed = gitdir.join("packed-refs");
+    let Ok(meta) = std::fs::symlink_metadata(&packed) else {
+        return Ok(None);
+    };
+    if !meta.is_file() {
+        return Err(GitError::BadRef("packed-refs is not a regular file".into()));
+    }
+    let text = std::fs::read_to_string(&packed).map_err(|error| GitError::Io {
+        path: packed.clone(),
+        error,
+    })?;
+    let want = format!("refs/heads/{branch}");
+    for line in text.lines() {
+        if let Some((oid, name)) = line.split_once(' ')
+            && name == want
+        {
+            return check_oid(oid).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn check_oid(s: &str) -> Result<String, GitError> {
+    if (s.len() == 40 || s.len() == 64)
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        Ok(s.to_string())
+    } else {
+        Err(GitError::BadRef(s.chars().take(80).collect()))
+    }
+}
+
+/// Copies the agent's branch into the host repository.
+#[derive(Debug, Clone)]
+pub struct Propagator {
+    /// The host workspace (a git working tree).
+    pub host: PathBuf,
+    pub agent_gitdir: PathBuf,
+    pub branch: String,
+    /// Lazaret's own git directory used as the fetch source.
+    pub shadow: PathBuf,
+}
+
+impl Propagator {
+    /// The propagator of a layout; `None` when the workspace is no repository.
+    pub fn for_layout(layout: &super::WorkspaceLayout) -> Option<Self> {
+        layout.host_dotgit.as_ref()?;
+        Some(Propagator {
+            host: layout.host.clone(),
+            agent_gitdir: layout.agent_gitdir.clone()?,
+            branch: layout.branch.clone(),
+            shadow: layout.domain_root.join("shadow.git"),
+        })
+    }
+
+    fn ensure_shadow(&self) -> Result<(), GitError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |error| GitError::Io { path, error }
+        };
+        let info = self.shadow.join("objects/info");
+        std::fs::create_dir_all(&info).map_err(io(&info))?;
+        std::fs::create_dir_all(self.shadow.join("refs/heads")).map_err(io(&self.shadow))?;
+        let files = [
+            ("HEAD", format!("ref: refs/heads/{}\n", self.branch)),
+            (
+                "config",
+                "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_string(),
+            ),
+            (
+                "objects/info/alternates",
+                format!("{}\n", self.agent_gitdir.join("objects").display()),
+            ),
+        ];
+        for (name, text) in files {
+            let p = self.shadow.join(name);
+            std::fs::write(&p, text).map_err(io(&p))?;
+        }
+        Ok(())
+    }
+
+    /// Brings the host ref up to the agent's. Returns the new object id, or
+    /// `None` when the agent has no such branch (the host ref is kept).
+    pub fn sync(&self) -> Result<Option<String>, GitError> {
+        let Some(oid) = read_branch(&self.agent_gitdir, &self.branch)? else {
+            return Ok(None);
+        };
+        let host_ref = format!("refs/heads/{}", self.branch);
+        let mut c = host_git(&self.host);
+        c.args(["rev-parse", "--verify", "--quiet", &host_ref]);
+        if run(c).ok().map(|s| s.trim().to_string()).as_deref() == Some(oid.as_str()) {
+            return Ok(Some(oid));
+        }
+        self.ensure_shadow()?;
+        let shadow_ref = self.shadow.join("refs/heads").join(&self.branch);
+        if let Some(parent) = shadow_ref.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| GitError::Io {
+                path: parent.to_path_buf(),
+                error,
+            })?;
+        }
+        std::fs::write(&shadow_ref, format!("{oid}\n")).map_err(|error| GitError::Io {
+            path: shadow_ref.clone(),
+            error,
+        })?;
+        let mut c = host_git(&self.host);
+        c.args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+        ])
+        .arg(&self.shadow)
+        .arg(format!("+{host_ref}:{host_ref}"));
+        run(c)?;
+        Ok(Some(oid))
+    }
+
+    /// Watches the agent's refs and syncs on every change until `stop`
+    /// receives a message (or its sender is dropped). Each sync result is
+    /// passed to `report`.
+    pub fn watch(
+        &self,
+        stop: &mpsc::Receiver<()>,
+        report: &mut dyn FnMut(Result<Option<String>, GitError>),
+    ) -> Result<(), notify::Error> {
+        let (tx, rx) = mpsc::channel();
+        let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            // Reads (our own fetch reads the agent's objects) are no change.
+            if let Ok(ev) = ev
+                && !matches!(ev.kind, notify::EventKind::Access(_))
+            {
+                let _ = tx.send(());
+            }
+        })?;
+        let heads = self.agent_gitdir.join("refs/heads");
+        let _ = std::fs::create_dir_all(&heads);
+        // refs/heads (loose refs, any depth) and the git dir itself
+        // (packed-refs is replaced by rename there).
+        watcher.watch(&heads, RecursiveMode::Recursive)?;
+        watcher.watch(&self.agent_gitdir, RecursiveMode::NonRecursive)?;
+        report(self.sync());
+        loop {
+            match stop.try_recv() {
+                Ok(()) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(_) => {
+                    // Coalesce a burst (a commit touches several files).
+                    while rx.recv_timeout(Duration::from_millis(30)).is_ok() {}
+                    report(self.sync());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = dir.path();
+        std::fs::create_dir_all(g.join("refs/heads/lazaret")).unwrap();
+        assert_eq!(read_branch(g, "lazaret/agent-x").unwrap(), None);
+        let oid = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(
+            g.join("packed-refs"),
+            format!("# pack-refs\n{oid} refs/heads/lazaret/agent-x\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            read_branch(g, "lazaret/agent-x").unwrap().as_deref(),
+            Some(oid)
+        );
+        std::fs::write(
+            g.join("refs/heads/lazaret/agent-x"),
+            "ref: refs/heads/main\n",
+        )
+        .unwrap();
+        assert!(read_branch(g, "lazaret/agent-x").is_err());
+        std::fs::remove_file(g.join("refs/heads/lazaret/agent-x")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", g.join("refs/heads/lazaret/agent-x")).unwrap();
+        assert!(read_branch(g, "lazaret/agent-x").is_err());
+    }
+}

@@ -1,0 +1,538 @@
+//! The Session Coordinator with real processes and real podman: hold-to-bind
+//! under contention, reference-counted teardown, crash recovery, and the
+//! hash-chained audit store.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+use common::{STANDARD_PATH, podman, text};
+use lazaret::coordinator::store::{AuditRecord, Store, StoreError};
+
+fn exec(d: &Domain, argv: &[&str]) -> std::process::Command {
+    let mut args = vec!["exec", d.profile, "--"];
+    args.extend_from_slice(argv);
+    d.cmd_raw(STANDARD_PATH, &args)
+}
+
+fn spawn(mut cmd: std::process::Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn rundir() -> PathBuf {
+    let uid = match common::test_user() {
+        Some(u) => u.uid,
+        None => nix::unistd::geteuid().as_raw(),
+    };
+    // The test user has no XDG_RUNTIME_DIR in the tests' environment.
+    PathBuf::from(format!("/tmp/lazaret-{uid}"))
+}
+
+fn socket(d: &Domain) -> PathBuf {
+    rundir().join(format!("lazaret_coord_{}.sock", d.hash))
+}
+
+fn owner_lock(d: &Domain) -> PathBuf {
+    rundir().join(format!("lazaret_coord_{}.owner", d.hash))
+}
+
+/// `true` when nobody holds `path`'s lock (or it does not exist).
+fn lock_is_free(path: &Path) -> bool {
+    lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
+}
+
+/// Polls until the domain is entirely gone: no containers, no mounts, no
+/// control socket, no coordinator holding its lock.
+fn wait_until_gone(d: &Domain) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let gone = d.containers().is_empty()
+            && d.mounts().is_empty()
+            && !socket(d).exists()
+            && (!owner_lock(d).exists() || lock_is_free(&owner_lock(d)));
+        if gone {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the domain was not torn down: containers {:?}, mounts {:?}, socket {}, lock held {}",
+            d.containers(),
+            d.mounts(),
+            socket(d).exists(),
+            !lock_is_free(&owner_lock(d))
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_for_socket(d: &Domain) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.containers().len() < 2 || !socket(d).exists() {
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn audit(d: &Domain) -> Vec<AuditRecord> {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn count(records: &[AuditRecord], kind: &str) -> usize {
+    records.iter().filter(|r| r.kind == kind).count()
+}
+
+/// A process that exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(") ").next().map(|r| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn finish(child: Child) -> Output {
+    child.wait_with_output().unwrap()
+}
+
+/// 8 sessions at the same instant: one coordinator, one sandbox, all 8 run,
+/// and nothing is left when they are done.
+#[test]
+fn eight_concurrent_sessions_share_one_domain() {
+    let d = Domain::new("gv");
+    let children: Vec<Child> = (0..8)
+        .map(|i| {
+            spawn(exec(
+                &d,
+                &[
+                    "sh",
+                    "-c",
+                    &format!("sleep 2; echo session-{i} $LAZARET_SESSION_ID"),
+                ],
+            ))
+        })
+        .collect();
+    // While they run: exactly one sandbox and one sidecar.
+    wait_for_socket(&d);
+    let names = d.containers();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let ps = text(&podman(&[
+        "ps",
+        "--filter",
+        &format!("label=lazaret.domain={}", d.hash),
+        "--format",
+        "{{.Names}}",
+    ]))
+    .0;
+    assert_eq!(ps.lines().count(), 2, "{ps}");
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = finish(c);
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "session {i} failed: {o}{e}");
+        let line = o.lines().last().unwrap_or_default().to_string();
+        assert!(line.starts_with(&format!("session-{i} ")), "{line}");
+        ids.insert(line.split(' ').nth(1).unwrap().to_string());
+    }
+    assert_eq!(ids.len(), 8, "every session has its own LAZARET_SESSION_ID");
+    wait_until_gone(&d);
+    let records = audit(&d);
+    assert_eq!(
+        count(&records, "coordinator-start"),
+        1,
+        "more than one coordinator"
+    );
+    assert_eq!(count(&records, "domain-up"), 1);
+    assert_eq!(count(&records, "session-start"), 8);
+    assert_eq!(count(&records, "session-end"), 8);
+    assert_eq!(count(&records, "domain-down"), 1);
+    // The exec's exit code is passed through.
+    let out = exec(&d, &["sh", "-c", "exit 42"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(42));
+    wait_until_gone(&d);
+}
+
+/// The coordinator is killed mid-session; the next session recovers with a
+/// new coordinator, no orphan containers, and an intact store.
+#[test]
+fn recovers_from_a_killed_coordinator() {
+    let d = Domain::new("gv");
+    let long = spawn(exec(&d, &["sleep", "60"]));
+    wait_for_socket(&d);
+    let status = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let domains: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let mine = domains
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .unwrap_or_else(|| panic!("status lacks the domain: {domains}"))
+        .clone();
+    assert_eq!(mine["runtime"], "runsc");
+    assert_eq!(mine["gvisor"], true);
+    assert_eq!(mine["sessions"].as_array().unwrap().len(), 1);
+    let pid = mine["coordinator_pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "coordinator survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        socket(&d).exists(),
+        "a stale socket is what this test is about"
+    );
+    // The next session: a new coordinator, the same (single) sandbox.
+    let out = exec(&d, &["sh", "-c", "echo recovered"]).output().unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(o.trim(), "recovered");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(long.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = finish(long);
+    wait_until_gone(&d);
+    let verify = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{}", text(&verify).1);
+    assert!(text(&verify).0.contains("hash chain verified"));
+    assert_eq!(count(&audit(&d), "coordinator-start"), 2);
+}
+
+/// SIGTERM to the coordinator tears the domain down cleanly (NFR-2), and
+/// `lazaret down` does the same on request.
+#[test]
+fn sigterm_and_down_tear_down_cleanly() {
+    let d = Domain::new("rc");
+    let long = spawn(exec(&d, &["sleep", "60"]));
+    wait_for_socket(&d);
+    let status = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let domains: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let pid = domains
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .unwrap()["coordinator_pid"]
+        .as_i64()
+        .unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_until_gone(&d);
+    let _ = finish(long);
+    let records = audit(&d);
+    assert_eq!(records.last().unwrap().kind, "domain-down");
+
+    let long = spawn(exec(&d, &["sleep", "60"]));
+    wait_for_socket(&d);
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", d.profile])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    // `down` returns once the teardown is complete.
+    assert!(d.containers().is_empty(), "{:?}", d.containers());
+    wait_until_gone(&d);
+    let _ = finish(long);
+}
+
+/// While the coordinator owns the store, another process cannot open it,
+/// and is told so at once.
+#[test]
+fn store_is_owned_by_the_coordinator() {
+    let d = Domain::new("gv");
+    let long = spawn(exec(&d, &["sleep", "60"]));
+    wait_for_socket(&d);
+    let path = d.domain_root().join("state.redb");
+    let started = Instant::now();
+    let err = Store::open(&path).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "it did not fail fast"
+    );
+    assert!(matches!(err, StoreError::Locked(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("is open in another process (the Session Coordinator owns it)"),
+        "{err}"
+    );
+    // The IPC facade answers meanwhile.
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", d.profile])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let _ = finish(long);
+    wait_until_gone(&d);
+}
+
+fn edit_store(path: &Path, f: impl FnOnce(&mut redb::Table<u64, &[u8]>)) {
+    let db = redb::Database::open(path).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx
+            .open_table(redb::TableDefinition::<u64, &[u8]>::new("audit_v2"))
+            .unwrap();
+        f(&mut t);
+    }
+    tx.commit().unwrap();
+}
+
+fn get(t: &redb::Table<u64, &[u8]>, k: u64) -> AuditRecord {
+    use redb::ReadableTable;
+    serde_json::from_slice(t.get(k).unwrap().unwrap().value()).unwrap()
+}
+
+fn put(t: &mut redb::Table<u64, &[u8]>, k: u64, r: &AuditRecord) {
+    t.insert(k, serde_json::to_vec(r).unwrap().as_slice())
+        .unwrap();
+}
+
+/// A store edited by hand (no coordinator running) fails `audit --verify`,
+/// which names the first bad record: edited, removed, reordered.
+#[test]
+fn hand_edited_store_fails_verification() {
+    let d = Domain::new("gv");
+    let out = exec(&d, &["true"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let out = exec(&d, &["true"]).output().unwrap();
+    assert!(out.status.success());
+    wait_until_gone(&d);
+    let path = d.domain_root().join("state.redb");
+    let pristine = std::fs::read(&path).unwrap();
+    let verify = || {
+        let out = d
+            .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out).1)
+    };
+    assert_eq!(verify().0, Some(0));
+
+    // Edited: record 2's data changes, its hash does not.
+    edit_store(&path, |t| {
+        let mut r = get(t, 2);
+        r.data = serde_json::json!({ "forged": true });
+        put(t, 2, &r);
+    });
+    let (code, err) = verify();
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("BROKEN at record 2: its content does not match its hash (edited)"),
+        "{err}"
+    );
+
+    // Removed: record 3 is gone.
+    std::fs::write(&path, &pristine).unwrap();
+    edit_store(&path, |t| {
+        t.remove(3).unwrap();
+    });
+    let (code, err) = verify();
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("BROKEN at record 3: record 3 is missing"),
+        "{err}"
+    );
+
+    // Reordered: records 1 and 2 swap places (each keeps its own seq/hash).
+    std::fs::write(&path, &pristine).unwrap();
+    edit_store(&path, |t| {
+        let (a, b) = (get(t, 1), get(t, 2));
+        put(t, 1, &b);
+        put(t, 2, &a);
+    });
+    let (code, err) = verify();
+    assert_eq!(code, Some(1));
+    assert!(err.contains("BROKEN at record 1"), "{err}");
+
+    // Re-hashed forgery without the chain: record 4 re-hashed on its own.
+    std::fs::write(&path, &pristine).unwrap();
+    edit_store(&path, |t| {
+        let mut r = get(t, 4);
+        r.data = serde_json::json!({ "forged": true });
+        r.prev_hash = "f".repeat(64);
+        r.hash = AuditRecord::compute_hash(r.seq, r.time, &r.kind, &r.data, &r.prev_hash);
+        put(t, 4, &r);
+    });
+    let (code, err) = verify();
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("BROKEN at record 4: it does not follow the record before it"),
+        "{err}"
+    );
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// §4.4.3: a real version-1 store (made by the first schema's writer and
+/// kept as a fixture) is upgraded to version 2 in one transaction, its
+/// chain checked before and re-anchored after.
+#[test]
+fn migrates_a_version_1_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    std::fs::copy(fixture("state-v1.redb"), &path).unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    let records = store.records().unwrap();
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(records[0].kind, "legacy-event");
+    assert_eq!(records[0].data["event"], "session 1 started");
+    assert_eq!(records[2].data["event"], "approved: ls -la");
+    assert_eq!(records[3].kind, "schema-migration");
+    assert_eq!(records[3].data["v1_records"], 3);
+    assert!(matches!(
+        store.verify().unwrap(),
+        lazaret::coordinator::store::Verification::Intact { records: 4, .. }
+    ));
+    // New records chain on.
+    store.append("after", serde_json::json!({})).unwrap();
+    assert!(matches!(
+        store.verify().unwrap(),
+        lazaret::coordinator::store::Verification::Intact { records: 5, .. }
+    ));
+    drop(store);
+    // Opening again does not migrate twice.
+    assert_eq!(Store::open(&path).unwrap().records().unwrap().len(), 5);
+
+    // A tampered version-1 store is refused, not silently re-chained.
+    let bad = dir.path().join("bad.redb");
+    std::fs::copy(fixture("state-v1.redb"), &bad).unwrap();
+    {
+        let db = redb::Database::open(&bad).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx
+                .open_table(lazaret::coordinator::store::v1::AUDIT_V1)
+                .unwrap();
+            let mut r: lazaret::coordinator::store::v1::RecordV1 = {
+                use redb::ReadableTable;
+                serde_json::from_slice(t.get(1).unwrap().unwrap().value()).unwrap()
+            };
+            r.event = "approved: rm -rf /".into();
+            t.insert(1, serde_json::to_vec(&r).unwrap().as_slice())
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let err = Store::open(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("its version 1 audit chain is broken at record 1"),
+        "{err}"
+    );
+}
+
+/// Writes the version-1 fixture (run once by hand: it is committed).
+#[test]
+fn version_1_fixture_is_what_the_v1_writer_makes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.redb");
+    lazaret::coordinator::store::v1::create(
+        &path,
+        &[
+            (1_700_000_000, "session 1 started"),
+            (1_700_000_010, "escalation: ls -la"),
+            (1_700_000_020, "approved: ls -la"),
+        ],
+    )
+    .unwrap();
+    if std::env::var_os("LAZARET_WRITE_FIXTURES").is_some() {
+        std::fs::copy(&path, fixture("state-v1.redb")).unwrap();
+    }
+    // Same logical content as the committed file.
+    let read = |p: &Path| {
+        // Never open the committed file in place: redb may write to it.
+        let copy = dir.path().join("copy.redb");
+        std::fs::copy(p, &copy).unwrap();
+        let db = redb::Database::open(&copy).unwrap();
+        let tx = redb::ReadableDatabase::begin_read(&db).unwrap();
+        let t = tx
+            .open_table(lazaret::coordinator::store::v1::AUDIT_V1)
+            .unwrap();
+        use redb::ReadableTable;
+        t.iter()
+            .unwrap()
+            .map(|x| x.unwrap().1.value().to_vec())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(read(&path), read(&fixture("state-v1.redb")));
+}
+
+/// `lazaret shell` in a real terminal (tmux): an interactive shell in the
+/// sandbox, sized like the terminal, following a resize; leaving it tears
+/// the domain down.
+#[test]
+fn shell_is_interactive_and_follows_resizes() {
+    let d = Domain::new("gv");
+    let config = d.s.path().join("config.toml");
+    let bin = common::lazaret_bin();
+    let t = common::Tmux::start(
+        &d.ws(),
+        100,
+        30,
+        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+        &format!("{} --config {} shell gv", bin.display(), config.display()),
+    );
+    t.wait_for(60, "the sandbox shell prompt", |s| {
+        s.contains("root@") || s.contains("# ")
+    });
+    t.line("echo SID=$LAZARET_SESSION_ID; stty size; uname -r");
+    let s = t.wait_for(20, "the command output", |s| {
+        s.contains("SID=") && s.contains("30 100")
+    });
+    let sid = s
+        .lines()
+        .find_map(|l| l.strip_prefix("SID="))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(
+        uuid::Uuid::parse_str(&sid).unwrap().get_version_num(),
+        4,
+        "{s}"
+    );
+    t.resize(120, 40);
+    t.line("clear; stty size");
+    t.wait_for(20, "the new size", |s| s.contains("40 120"));
+    t.line("exit");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while t.alive() {
+        assert!(Instant::now() < deadline, "lazaret shell did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until_gone(&d);
+}

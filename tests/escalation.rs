@@ -1,0 +1,630 @@
+//! Host Escalation end to end: the real client in a real gVisor sandbox,
+//! the real Session Coordinator, a real human's keys in a real terminal
+//! (tmux), and attacks from inside the sandbox and from the host. Every
+//! attack asserts its rejection and that its canary file was never created
+//! (the whitelist contains `touch`, so anything that slipped through the
+//! checks would create it).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+use common::{STANDARD_PATH, text};
+use lazaret::coordinator::protocol::{
+    ClientMsg, CoordMsg, PROTOCOL_VERSION, read_frame, write_frame,
+};
+use lazaret_escalate::protocol::{self, Request, Response, Status};
+use lazaret_escalate::signing::{self, SessionKey};
+use lazaret_escalate::trust::{self, SandboxIdentity, TrustAnchor};
+
+const ESC: &str = "/run/lazaret/escalate";
+
+fn exec(d: &Domain, script: &str) -> (i32, String, String) {
+    let out = d
+        .cmd_raw(
+            STANDARD_PATH,
+            &["exec", d.profile, "--", "sh", "-c", script],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    (out.status.code().unwrap_or(-1), o, e)
+}
+
+fn holder(d: &Domain) -> Child {
+    let child = d
+        .cmd_raw(STANDARD_PATH, &["exec", d.profile, "--", "sleep", "300"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.containers().len() < 2 {
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The escalation socket is bound before the sandbox starts.
+    child
+}
+
+fn stop(mut c: Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = c.wait();
+}
+
+fn audit_kinds(d: &Domain) -> Vec<serde_json::Value> {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn auto_approved_commands_run_on_the_host() {
+    let d = Domain::new("gv");
+    let ws = d.ws();
+    // Output and exit code come back; the command ran in the host folder
+    // behind /workspace (direct mode here: the workspace itself).
+    let (code, out, err) = exec(
+        &d,
+        &format!("cd /workspace && {ESC} --justify 'check the host' -- pwd"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), ws.display().to_string());
+    let (code, _, err) = exec(&d, &format!("{ESC} -- ls /nonexistent-lazaret-path"));
+    assert_eq!(code, 2, "ls's own exit code: {err}");
+    assert!(err.contains("No such file or directory"), "{err}");
+    // The sandbox learns what the host ran as: a host user, not root.
+    let (code, out, _) = exec(&d, &format!("{ESC} -- id -un"));
+    assert_eq!(code, 0);
+    let expected = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
+    assert_eq!(out.trim(), expected);
+    // Nobody at a terminal: what needs a human is denied, with the reason.
+    let canary = d.s.path().join("canary-nohuman");
+    let (code, _, err) = exec(&d, &format!("{ESC} -- /usr/bin/touch {}", canary.display()));
+    assert_eq!(code, 77, "{err}");
+    assert!(err.contains("no human is attached"), "{err}");
+    assert!(!canary.exists());
+    // The guide is there, and its path in the environment.
+    let (code, out, _) = exec(&d, "cat \"$LAZARET_GUIDE\" | head -5");
+    assert_eq!(code, 0);
+    assert!(out.to_lowercase().contains("lazaret"), "{out}");
+    // Every request and decision is in the audit chain.
+    let records = audit_kinds(&d);
+    let decisions: Vec<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(
+        decisions,
+        vec!["auto-approved", "auto-approved", "auto-approved", "denied"]
+    );
+    let result = records
+        .iter()
+        .find(|r| r["kind"] == "escalation-result")
+        .unwrap();
+    assert_eq!(result["data"]["exit_code"], 0);
+    assert_eq!(result["data"]["stdout_sha256"].as_str().unwrap().len(), 64);
+    let verify = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
+        .output()
+        .unwrap();
+    assert!(verify.status.success());
+}
+
+/// Every metacharacter of spec §5.2.1 (and NUL, ESC, bidi, zero-width) on
+/// the auto-approve path: with `echo` and `touch` whitelisted, each must
+/// still need a human (and, with none attached, be denied).
+#[test]
+fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
+    let d = Domain::new("gv");
+    let h = holder(&d);
+    let dir = d.s.mkdir("canaries");
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for (i, sep) in [
+        ";", "|", "&", "&&", "||", "$(", "`", ">", "<", "\n", "\r", "\\", ">>", "<<", "(", ")",
+        "{", "}", "*", "?", "[", "]", "~", "#", "!",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let canary = dir.join(format!("meta-{i}"));
+        cases.push((
+            format!("echo x {sep} touch {}", canary.display()),
+            canary.display().to_string(),
+        ));
+    }
+    for (i, ch) in [
+        '\u{1b}', '\u{202E}', '\u{200B}', '\u{2066}', '\u{7f}', '\u{85}',
+    ]
+    .iter()
+    .enumerate()
+    {
+        let canary = dir.join(format!("ctl-{i}"));
+        cases.push((
+            format!("touch {}{ch}", canary.display()),
+            canary.display().to_string(),
+        ));
+    }
+    // argv[0] with a path, and prefix tricks.
+    for (i, cmd) in ["/usr/bin/touch", "./touch", "touchx", "id -u"]
+        .iter()
+        .enumerate()
+    {
+        let canary = dir.join(format!("prog-{i}"));
+        cases.push((
+            format!("{cmd} {}", canary.display()),
+            canary.display().to_string(),
+        ));
+    }
+    std::fs::write(
+        d.s.path().join("cases.json"),
+        serde_json::to_vec(&cases).unwrap(),
+    )
+    .unwrap();
+    for (cmd, canary) in &cases {
+        // The single-string form sends the command as written.
+        let script = format!("{ESC} --justify adversarial {}", common::shell_quote(cmd));
+        let (code, _, err) = exec(&d, &script);
+        assert_eq!(code, 77, "`{}` was not denied: {err}", cmd.escape_debug());
+        assert!(!Path::new(canary).exists(), "`{}` ran", cmd.escape_debug());
+    }
+    // NUL cannot even be sent (argv strings); the client refuses it.
+    // cwd outside /workspace: refused before anything is judged.
+    let canary = dir.join("cwd");
+    let (code, _, err) = exec(
+        &d,
+        &format!("cd /tmp && {ESC} -- touch {}", canary.display()),
+    );
+    assert_eq!(code, 70, "{err}");
+    assert!(err.contains("outside"), "{err}");
+    assert!(!canary.exists());
+    // A whitelisted command with extra words still runs (prefix match).
+    let ok = dir.join("ok");
+    let (code, _, err) = exec(
+        &d,
+        &format!("cd /workspace && {ESC} -- touch {}", ok.display()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(ok.exists(), "the positive control did not run");
+    stop(h);
+}
+
+/// A real human in a real terminal: approve, deny with a reason, edit, and
+/// a shell command approved by hand.
+#[test]
+fn the_human_approves_denies_and_edits_in_lazaret_shell() {
+    let d = Domain::new("gv");
+    let config = d.s.path().join("config.toml");
+    let t = common::Tmux::start(
+        &d.ws(),
+        120,
+        40,
+        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+        &format!(
+            "{} --config {} shell gv",
+            common::lazaret_bin().display(),
+            config.display()
+        ),
+    );
+    t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
+    let asked = "the agent asks to run a command on the host";
+
+    // Approve.
+    t.line(&format!(
+        "clear; {ESC} --justify 'who am I on the host' -- whoami; echo EXIT=$?"
+    ));
+    let s = t.wait_for(20, "the prompt", |s| s.contains(asked));
+    assert!(
+        s.contains("who am I on the host") && s.contains("whoami"),
+        "{s}"
+    );
+    assert!(s.contains("directly (execve), no shell"), "{s}");
+    t.send(&["a"]);
+    t.wait_for(20, "the approved result", |s| s.contains("EXIT=0"));
+
+    // Deny, with a reason the agent sees. (Each step's justification is
+    // unique, so a previous prompt still on screen is never mistaken.)
+    t.line(&format!(
+        "clear; {ESC} --justify step-deny -- whoami; echo EXIT=$?"
+    ));
+    t.wait_for(20, "the prompt", |s| s.contains("why       step-deny"));
+    t.send(&["d"]);
+    t.send(&["-l", "not now"]);
+    t.send(&["Enter"]);
+    let s = t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
+    assert!(s.contains("not now"), "{s}");
+
+    // Edit: the human's command runs instead, and is re-checked.
+    let edited = d.s.path().join("edited-canary");
+    t.line(&format!(
+        "clear; {ESC} --justify step-edit -- whoami; echo EXIT=$?"
+    ));
+    t.wait_for(20, "the prompt", |s| s.contains("why       step-edit"));
+    t.send(&["e"]);
+    t.send(&["C-u"]);
+    t.send(&["-l", &format!("touch {}", edited.display())]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the edited result", |s| s.contains("EXIT=0"));
+    assert!(edited.exists(), "the edited command did not run");
+
+    // Shell syntax runs through the host shell, only after a yes.
+    t.line(&format!(
+        "clear; {ESC} --justify step-shell 'echo one && echo two'; echo EXIT=$?"
+    ));
+    let s = t.wait_for(20, "the prompt", |s| s.contains("why       step-shell"));
+    assert!(s.contains("through the host shell"), "{s}");
+    t.send(&["a"]);
+    let s = t.wait_for(20, "the shell result", |s| s.contains("EXIT=0"));
+    assert!(s.contains("one") && s.contains("two"), "{s}");
+
+    // Hostile text is shown visibly in the prompt.
+    t.line(&format!(
+        "clear; {ESC} --justify \"$(printf 'ok\\033[2Jhidden')\" -- whoami; echo EXIT=$?"
+    ));
+    let s = t.wait_for(20, "the prompt", |s| s.contains("why       ok␛[2Jhidden"));
+    assert!(s.contains("ok␛[2Jhidden"), "{s}");
+    t.send(&["d"]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
+
+    let records = audit_kinds(&d);
+    let decisions: Vec<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(
+        decisions,
+        vec!["approved", "denied", "edited", "approved", "denied"]
+    );
+    let edit = records
+        .iter()
+        .find(|r| r["kind"] == "escalation-decision" && r["data"]["decision"] == "edited")
+        .unwrap();
+    assert_eq!(edit["data"]["argv"][0], "touch");
+    t.line("exit");
+}
+
+// ---------------------------------------------------------------------------
+// From the host: crafted requests against the real coordinator's socket.
+
+struct HostClient {
+    socket: PathBuf,
+    certs: PathBuf,
+    identity: SandboxIdentity,
+    session_id: String,
+    key: SessionKey,
+    rt: tokio::runtime::Runtime,
+    _control: tokio::net::UnixStream,
+}
+
+impl HostClient {
+    /// Registers a session of our own with the domain's coordinator (as a
+    /// second terminal would) and loads the sandbox's client material.
+    fn new(d: &Domain) -> HostClient {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let uid = common::test_user().map_or(nix::unistd::geteuid().as_raw(), |u| u.uid);
+        let control_path =
+            PathBuf::from(format!("/tmp/lazaret-{uid}/lazaret_coord_{}.sock", d.hash));
+        let key = SessionKey::generate().unwrap();
+        let session_id = uuid::Uuid::new_v4().to_string();
+        let control = rt.block_on(async {
+            let mut s = tokio::net::UnixStream::connect(&control_path)
+                .await
+                .unwrap();
+            write_frame(
+                &mut s,
+                &ClientMsg::Hello {
+                    version: PROTOCOL_VERSION,
+                    session_id: Some(session_id.clone()),
+                    session_key: Some(lazaret::coordinator::store::hex(
+                        key.public_key().as_bytes(),
+                    )),
+                    pid: std::process::id(),
+                    purpose: "test".into(),
+                    interactive: false,
+                },
+            )
+            .await
+            .unwrap();
+            loop {
+                match read_frame::<_, CoordMsg>(&mut s).await.unwrap() {
+                    CoordMsg::Welcome { .. } => break s,
+                    CoordMsg::Progress { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        });
+        HostClient {
+            socket: d
+                .s
+                .path()
+                .join("sockets")
+                .join(&d.hash)
+                .join("escalate.sock"),
+            certs: PathBuf::from(format!("/tmp/lazaret-{uid}/certs_{}", d.hash)),
+            identity: SandboxIdentity::new(d.profile, &d.hash).unwrap(),
+            session_id,
+            key,
+            rt,
+            _control: control,
+        }
+    }
+
+    fn request(&self, command: &str) -> Request {
+        let cred = self
+            .key
+            .delegate(&self.session_id, signing::unix_now() + 600)
+            .unwrap();
+        let mut req = Request {
+            version: protocol::PROTOCOL_VERSION,
+            request_id: signing::new_id(),
+            session_id: self.session_id.clone(),
+            profile: self.identity.profile().to_string(),
+            timestamp: signing::unix_now(),
+            cwd: "/workspace".into(),
+            command: command.into(),
+            justification: "host-side test".into(),
+            delegation: String::new(),
+            signature: String::new(),
+        };
+        cred.sign(&mut req);
+        req
+    }
+
+    fn config(&self) -> Arc<lazaret_escalate::rustls::ClientConfig> {
+        trust::load_client_config(&self.certs).unwrap()
+    }
+
+    /// Sends raw frame bytes over mTLS with `config`; the response, or None
+    /// when the connection was dropped.
+    fn send_raw(
+        &self,
+        config: Arc<lazaret_escalate::rustls::ClientConfig>,
+        body: &[u8],
+        declared_len: Option<u32>,
+    ) -> Option<Response> {
+        self.rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            let stream = tokio::net::UnixStream::connect(&self.socket).await.ok()?;
+            let connector = lazaret_escalate::tokio_rustls::TlsConnector::from(config);
+            let mut tls = connector.connect(trust::server_name(), stream).await.ok()?;
+            let len = declared_len.unwrap_or(body.len() as u32);
+            tls.write_all(&len.to_be_bytes()).await.ok()?;
+            tls.write_all(body).await.ok()?;
+            tls.flush().await.ok()?;
+            if declared_len.is_some() {
+                // Truncated: close our side after the partial body.
+                let _ = tls.shutdown().await;
+            }
+            tokio::time::timeout(
+                Duration::from_secs(15),
+                protocol::read_response_async(&mut tls),
+            )
+            .await
+            .ok()?
+            .ok()
+        })
+    }
+
+    fn send(&self, req: &Request) -> Option<Response> {
+        self.send_raw(self.config(), &serde_json::to_vec(req).unwrap(), None)
+    }
+}
+
+fn refused(r: Option<Response>) -> bool {
+    r.is_none_or(|r| r.status == Status::Error)
+}
+
+#[test]
+fn crafted_requests_from_the_host_are_refused() {
+    let d = Domain::new("gv");
+    let h = holder(&d);
+    let c = HostClient::new(&d);
+    let dir = d.s.mkdir("host-canaries");
+    let canary = |name: &str| dir.join(name);
+    let touch = |name: &str| format!("touch {}", canary(name).display());
+
+    // Positive control: a correct request from a registered session runs.
+    let r = c.send(&c.request(&touch("ok"))).expect("an answer");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert!(canary("ok").exists());
+
+    let mut cases: Vec<(&str, Option<Response>)> = Vec::new();
+    // Transport and identity.
+    let no_cert =
+        lazaret_escalate::rustls::ClientConfig::builder_with_provider(trust::crypto_provider())
+            .with_protocol_versions(&[&lazaret_escalate::rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates({
+                let mut roots = lazaret_escalate::rustls::RootCertStore::empty();
+                let pem = std::fs::read_to_string(c.certs.join(trust::CA_CERT_FILE)).unwrap();
+                for cert in lazaret_escalate::rustls::pki_types::pem::PemObject::pem_slice_iter(
+                    pem.as_bytes(),
+                ) {
+                    roots.add(cert.unwrap()).unwrap();
+                }
+                roots
+            })
+            .with_no_client_auth();
+    let mut no_cert = no_cert;
+    no_cert.alpn_protocols = vec![trust::ALPN.to_vec()];
+    cases.push((
+        "no client certificate",
+        c.send_raw(
+            Arc::new(no_cert),
+            &serde_json::to_vec(&c.request(&touch("t1"))).unwrap(),
+            None,
+        ),
+    ));
+    let other_ca = TrustAnchor::generate(Duration::from_secs(600)).unwrap();
+    let other_dir = d.s.mkdir("other-ca");
+    other_ca
+        .issue_client(&c.identity, Duration::from_secs(600))
+        .unwrap()
+        .write_to(&other_dir)
+        .unwrap();
+    // Trust the real server, present a cert of another CA with the right SAN.
+    let forged = trust::client_config(
+        &lazaret_escalate::rustls::pki_types::pem::PemObject::from_pem_file(
+            c.certs.join(trust::CA_CERT_FILE),
+        )
+        .unwrap(),
+        vec![
+            lazaret_escalate::rustls::pki_types::pem::PemObject::from_pem_file(
+                other_dir.join(trust::CLIENT_CERT_FILE),
+            )
+            .unwrap(),
+        ],
+        lazaret_escalate::rustls::pki_types::pem::PemObject::from_pem_file(
+            other_dir.join(trust::CLIENT_KEY_FILE),
+        )
+        .unwrap(),
+    );
+    cases.push((
+        "certificate from another CA",
+        c.send_raw(
+            forged.unwrap(),
+            &serde_json::to_vec(&c.request(&touch("t2"))).unwrap(),
+            None,
+        ),
+    ));
+    // Signatures and sessions.
+    let mut r = c.request(&touch("t3"));
+    r.signature = "00".repeat(64);
+    cases.push(("bad signature", c.send(&r)));
+    let mut r = c.request(&touch("t4"));
+    r.signature.clear();
+    cases.push(("missing signature", c.send(&r)));
+    let mut r = c.request(&touch("t5"));
+    r.command = touch("t5b");
+    cases.push(("signature over different bytes", c.send(&r)));
+    let mut r = c.request(&touch("t6"));
+    r.session_id = uuid::Uuid::new_v4().to_string();
+    cases.push(("unknown session", c.send(&r)));
+    let stranger = SessionKey::generate().unwrap();
+    let mut r = c.request(&touch("t7"));
+    r.delegation.clear();
+    r.signature.clear();
+    stranger
+        .delegate(&c.session_id, signing::unix_now() + 600)
+        .unwrap()
+        .sign(&mut r);
+    cases.push(("delegation by an unregistered key", c.send(&r)));
+    let mut r = c.request(&touch("t8"));
+    r.timestamp -= 3600;
+    r.delegation.clear();
+    r.signature.clear();
+    c.key
+        .delegate(&c.session_id, signing::unix_now() + 600)
+        .unwrap()
+        .sign(&mut r);
+    cases.push(("stale timestamp", c.send(&r)));
+    let mut r = c.request(&touch("t9"));
+    r.timestamp += 3600;
+    r.delegation.clear();
+    r.signature.clear();
+    c.key
+        .delegate(&c.session_id, signing::unix_now() + 600)
+        .unwrap()
+        .sign(&mut r);
+    cases.push(("future timestamp", c.send(&r)));
+    let mut r = c.request(&touch("t10"));
+    r.delegation.clear();
+    r.signature.clear();
+    c.key
+        .delegate(&c.session_id, signing::unix_now() - 10)
+        .unwrap()
+        .sign(&mut r);
+    cases.push(("expired delegation", c.send(&r)));
+    let mut r = c.request(&touch("t11"));
+    r.profile = "otherprofile".into();
+    r.delegation.clear();
+    r.signature.clear();
+    c.key
+        .delegate(&c.session_id, signing::unix_now() + 600)
+        .unwrap()
+        .sign(&mut r);
+    cases.push(("another profile", c.send(&r)));
+    for (name, cwd) in [
+        ("cwd outside /workspace", "/etc"),
+        ("cwd climbing out", "/workspace/../etc"),
+    ] {
+        let mut r = c.request(&touch("t12"));
+        r.cwd = cwd.into();
+        r.delegation.clear();
+        r.signature.clear();
+        c.key
+            .delegate(&c.session_id, signing::unix_now() + 600)
+            .unwrap()
+            .sign(&mut r);
+        cases.push((name, c.send(&r)));
+    }
+    // Replay: the positive control's exact request again.
+    let replayed = c.request(&touch("t13"));
+    let first = c.send(&replayed).unwrap();
+    assert_eq!(first.status, Status::Approved);
+    std::fs::remove_file(canary("t13")).unwrap();
+    cases.push(("replayed request id", c.send(&replayed)));
+    // Malformed bodies.
+    let good = serde_json::to_vec(&c.request(&touch("t14"))).unwrap();
+    cases.push((
+        "truncated frame",
+        c.send_raw(c.config(), &good[..good.len() / 2], Some(good.len() as u32)),
+    ));
+    cases.push((
+        "oversized frame",
+        c.send_raw(c.config(), b"{}", Some(64 << 20)),
+    ));
+    let mut bad = good.clone();
+    bad.insert(20, 0xff);
+    cases.push(("invalid UTF-8", c.send_raw(c.config(), &bad, None)));
+    let text = String::from_utf8(good).unwrap();
+    let dup = text.replacen("{", &format!("{{\"command\":\"{}\",", touch("t15")), 1);
+    cases.push((
+        "duplicate JSON keys",
+        c.send_raw(c.config(), dup.as_bytes(), None),
+    ));
+    let unknown = text.replacen("{", "{\"admin\":true,", 1);
+    cases.push((
+        "unknown field",
+        c.send_raw(c.config(), unknown.as_bytes(), None),
+    ));
+    cases.push(("not JSON", c.send_raw(c.config(), b"touch /tmp/x", None)));
+
+    let mut failures = Vec::new();
+    for (name, answer) in &cases {
+        if !refused(answer.clone()) {
+            failures.push(format!("{name}: {answer:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "accepted:\n{}", failures.join("\n"));
+    let ran: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "ok")
+        .collect();
+    assert!(ran.is_empty(), "canaries created: {ran:?}");
+    eprintln!("{} crafted host-side requests refused", cases.len());
+    stop(h);
+}

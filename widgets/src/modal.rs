@@ -1,0 +1,406 @@
+//! The approval modal: a Host Escalation request drawn over the pane of the
+//! Client Session that asked, so the human reads exactly what would run.
+//!
+//! Every string is made visible first ([`crate::visible`]): control, bidi
+//! and zero-width characters appear as highlighted placeholders. The command
+//! is wrapped, never cut; when the pane is too small for the whole request
+//! the body scrolls ([`ApprovalView`]) and reports whether the human has
+//! seen all of it.
+
+mod editor;
+mod wrap;
+
+pub use editor::{CommandEditor, EditOutcome};
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Clear, Paragraph, StatefulWidget, Widget};
+
+use crate::layout::centered;
+use crate::visible::{Piece, make_visible, visible_pieces};
+use wrap::wrap;
+
+/// A Host Escalation request as the modal shows it: plain data the app
+/// copies from the core's types.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    pub id: String,
+    pub profile: String,
+    /// The agent's reason, as it wrote it.
+    pub justification: String,
+    /// The full command, as it would run.
+    pub command: String,
+    /// Whether it would run through a shell (`sh -c`) rather than as an
+    /// argument vector.
+    pub via_shell: bool,
+    /// A line from the checker, e.g. why it was not auto-approved or that
+    /// an edited command was re-checked.
+    pub note: Option<String>,
+}
+
+/// Scroll position of the modal's body, kept by the app between frames;
+/// a fresh one for each request, so "seen" means seen for that request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApprovalView {
+    scroll: u16,
+    max_scroll: u16,
+    seen_end: bool,
+}
+
+impl ApprovalView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn scroll_up(&mut self, rows: u16) {
+        self.scroll = self.scroll.saturating_sub(rows);
+    }
+
+    /// Scrolls down, up to the end known from the last render.
+    pub fn scroll_down(&mut self, rows: u16) {
+        self.scroll = self.scroll.saturating_add(rows).min(self.max_scroll);
+    }
+
+    pub fn scroll(&self) -> u16 {
+        self.scroll
+    }
+
+    /// Whether the last line of the request has been on screen. The app
+    /// may refuse approval until it has.
+    pub fn seen_whole_request(&self) -> bool {
+        self.seen_end
+    }
+}
+
+/// The modal: request id, profile, shell or not, justification and command,
+/// with the key hints A approve & run, D deny, E edit, Q abort. With an
+/// editor it shows the command editor instead of the body.
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalModal<'a> {
+    request: &'a ApprovalRequest,
+    editor: Option<&'a CommandEditor>,
+}
+
+impl<'a> ApprovalModal<'a> {
+    pub fn new(request: &'a ApprovalRequest) -> Self {
+        Self {
+            request,
+            editor: None,
+        }
+    }
+
+    /// Shows `editor` (edit mode) instead of the read-only body.
+    #[must_use]
+    pub fn editing(mut self, editor: &'a CommandEditor) -> Self {
+        self.editor = Some(editor);
+        self
+    }
+}
+
+const LABEL_WIDTH: u16 = 9;
+
+fn label_style() -> Style {
+    Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
+}
+
+/// Placeholders stand out so that literal text can never pass for one.
+fn hidden_style() -> Style {
+    Style::new()
+        .fg(Color::White)
+        .bg(Color::Red)
+        .add_modifier(Modifier::BOLD)
+}
+
+/// The command on its own background, so spaces at a line end are seen.
+fn command_style() -> Style {
+    Style::new()
+        .fg(Color::White)
+        .bg(Color::DarkGray)
+        .add_modifier(Modifier::BOLD)
+}
+
+/// Spans of `text` made visible, placeholders in [`hidden_style`].
+fn visible_spans(text: &str, style: Style) -> (Vec<Span<'static>>, bool) {
+    let mut replaced = false;
+    let spans = visible_pieces(text)
+        .into_iter()
+        .map(|piece| match piece {
+            Piece::Text(t) => Span::styled(t, style),
+            Piece::Placeholder(p) => {
+                replaced = true;
+                Span::styled(p, hidden_style())
+            }
+        })
+        .collect();
+    (spans, replaced)
+}
+
+/// "Label    value" wrapped with the value's continuation lines aligned.
+fn field(label: &str, value: &[Span<'static>], width: u16) -> Vec<Line<'static>> {
+    let label = format!("{label:<w$}", w = usize::from(LABEL_WIDTH));
+    wrap(
+        vec![Span::styled(label, label_style())],
+        value,
+        LABEL_WIDTH,
+        width,
+        hidden_style(),
+    )
+}
+
+/// The scrollable body of the read-only modal.
+fn body(request: &ApprovalRequest, width: u16) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    let plain = |text: &str| vec![Span::raw(make_visible(text).0)];
+    lines.extend(field("Request", &plain(&request.id), width));
+    lines.extend(field("Profile", &plain(&request.profile), width));
+    let shell = if request.via_shell {
+        Span::styled(
+            "YES: runs through a shell; metacharacters apply",
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )
+    } else {
+        Span::styled(
+            "no: runs as an argument list",
+            Style::new().fg(Color::Green),
+        )
+    };
+    lines.extend(field("Shell", &[shell], width));
+    if let Some(note) = &request.note {
+        let (spans, _) = visible_spans(note, Style::new().fg(Color::Yellow));
+        lines.extend(field("Note", &spans, width));
+    }
+
+    lines.push(Line::from(Span::styled("Justification", label_style())));
+    let (why, why_hidden) = visible_spans(&request.justification, Style::new());
+    lines.extend(wrap(vec![Span::raw("  ")], &why, 2, width, hidden_style()));
+
+    lines.push(Line::from(Span::styled(
+        "Command (exactly what runs)",
+        label_style(),
+    )));
+    let (command, command_hidden) = visible_spans(&request.command, command_style());
+    lines.extend(wrap(
+        vec![Span::raw("  ")],
+        &command,
+        2,
+        width,
+        hidden_style(),
+    ));
+
+    if command_hidden || why_hidden {
+        let warning = Span::styled(
+            "! Hidden characters (control, escape, bidi, zero-width) are shown as ␛ ^X <U+XXXX>.",
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        );
+        lines.extend(wrap(vec![], &[warning], 2, width, hidden_style()));
+    }
+    lines
+}
+
+/// Key hints laid out as chips that wrap onto more lines when narrow.
+fn hints(items: &[(&str, &str, Color)], width: u16) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::default()];
+    let mut used = 0u16;
+    for (key, action, color) in items {
+        let chip_width =
+            u16::try_from(key.chars().count() + action.chars().count() + 4).unwrap_or(u16::MAX);
+        if used > 0 && used + 2 + chip_width > width {
+            lines.push(Line::default());
+            used = 0;
+        }
+        let line = lines.last_mut().expect("lines starts non-empty");
+        if used > 0 {
+            line.spans.push(Span::raw("  "));
+            used += 2;
+        }
+        line.spans.push(Span::styled(
+            format!("[{key}]"),
+            Style::new()
+                .fg(Color::Black)
+                .bg(*color)
+                .add_modifier(Modifier::BOLD),
+        ));
+        line.spans.push(Span::raw(format!(" {action}")));
+        used += chip_width;
+    }
+    lines
+}
+
+/// The modal's width in `area` (the pane): nearly its full width, up to 100
+/// columns; all of a narrow pane.
+fn modal_width(area: Rect) -> u16 {
+    area.width.saturating_sub(4).clamp(area.width.min(30), 100)
+}
+
+/// The modal's rectangle: as tall as the content needs, never larger than
+/// `area`.
+fn modal_rect(area: Rect, content_height: usize) -> Rect {
+    let width = modal_width(area);
+    let height = u16::try_from(content_height.saturating_add(2)).unwrap_or(u16::MAX);
+    centered(area, width, height)
+}
+
+impl StatefulWidget for ApprovalModal<'_> {
+    type State = ApprovalView;
+
+    fn render(self, area: Rect, buf: &mut Buffer, state: &mut ApprovalView) {
+        let area = area.intersection(buf.area);
+        match self.editor {
+            Some(editor) => render_editing(self.request, editor, area, buf),
+            None => render_request(self.request, area, buf, state),
+        }
+    }
+}
+
+fn frame_block(title: String) -> Block<'static> {
+    Block::bordered()
+        .border_type(BorderType::Thick)
+        .border_style(Style::new().fg(Color::Yellow))
+        .title(Span::styled(
+            title,
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ))
+}
+
+fn render_request(
+    request: &ApprovalRequest,
+    area: Rect,
+    buf: &mut Buffer,
+    view: &mut ApprovalView,
+) {
+    let inner_width = modal_width(area).saturating_sub(2);
+    if inner_width == 0 {
+        Clear.render(area, buf);
+        return;
+    }
+    let body = body(request, inner_width);
+    let mut footer = vec![
+        ("A", "approve & run", Color::Green),
+        ("D", "deny", Color::Red),
+        ("E", "edit", Color::Yellow),
+        ("Q", "abort", Color::Magenta),
+    ];
+    let footer_lines = hints(&footer, inner_width);
+    let rect = modal_rect(area, body.len() + 1 + footer_lines.len());
+    let inner_height = rect.height.saturating_sub(2);
+    // The key hints stay visible; the body scrolls above them.
+    let mut footer_lines = footer_lines;
+    let mut body_height =
+        inner_height.saturating_sub(u16::try_from(footer_lines.len() + 1).unwrap_or(u16::MAX));
+    let body_len = u16::try_from(body.len()).unwrap_or(u16::MAX);
+    if body_height < body_len {
+        footer.push(("↑↓", "scroll", Color::Cyan));
+        footer_lines = hints(&footer, inner_width);
+        body_height =
+            inner_height.saturating_sub(u16::try_from(footer_lines.len() + 1).unwrap_or(u16::MAX));
+    }
+    view.max_scroll = body_len.saturating_sub(body_height);
+    view.scroll = view.scroll.min(view.max_scroll);
+    if body_height > 0 && view.scroll + body_height >= body_len {
+        view.seen_end = true;
+    }
+
+    let mut block = frame_block(format!(
+        " Host escalation request {} ",
+        make_visible(&request.id).0
+    ));
+    if view.max_scroll > 0 {
+        let last = (view.scroll + body_height).min(body_len);
+        block = block.title_bottom(
+            Line::from(format!(" lines {}-{last} of {body_len} ", view.scroll + 1)).right_aligned(),
+        );
+    }
+    Clear.render(rect, buf);
+    let inner = block.inner(rect);
+    block.render(rect, buf);
+
+    let body_rect = Rect {
+        height: body_height.min(inner.height),
+        ..inner
+    };
+    Paragraph::new(body)
+        .scroll((view.scroll, 0))
+        .render(body_rect, buf);
+    let footer_height = u16::try_from(footer_lines.len())
+        .unwrap_or(u16::MAX)
+        .min(inner.height);
+    let footer_rect = Rect {
+        y: inner.bottom() - footer_height,
+        height: footer_height,
+        ..inner
+    };
+    Paragraph::new(footer_lines).render(footer_rect, buf);
+}
+
+fn render_editing(request: &ApprovalRequest, editor: &CommandEditor, area: Rect, buf: &mut Buffer) {
+    let inner_width = modal_width(area).saturating_sub(2);
+    if inner_width == 0 {
+        Clear.render(area, buf);
+        return;
+    }
+    let shell = if request.via_shell { "YES" } else { "no" };
+    let header = field(
+        "Profile",
+        &[Span::raw(format!(
+            "{} · shell: {shell}",
+            make_visible(&request.profile).0
+        ))],
+        inner_width,
+    );
+    let footer = hints(
+        &[
+            ("Enter", "approve & run edited", Color::Green),
+            ("Esc", "back", Color::Cyan),
+        ],
+        inner_width,
+    );
+    let edit_rows = editor.display_rows(inner_width).max(3);
+    let rect = modal_rect(area, header.len() + edit_rows + 1 + footer.len());
+    Clear.render(rect, buf);
+    let block = frame_block(format!(
+        " Edit command · request {} ",
+        make_visible(&request.id).0
+    ));
+    let inner = block.inner(rect);
+    block.render(rect, buf);
+
+    let header_height = u16::try_from(header.len())
+        .unwrap_or(u16::MAX)
+        .min(inner.height);
+    Paragraph::new(header).render(
+        Rect {
+            height: header_height,
+            ..inner
+        },
+        buf,
+    );
+    let footer_height = u16::try_from(footer.len())
+        .unwrap_or(u16::MAX)
+        .min(inner.height - header_height);
+    let footer_rect = Rect {
+        y: inner.bottom() - footer_height,
+        height: footer_height,
+        ..inner
+    };
+    Paragraph::new(footer).render(footer_rect, buf);
+    let edit_rect = Rect {
+        y: inner.y + header_height,
+        height: inner.height - header_height - footer_height,
+        ..inner
+    };
+    // One blank row between editor and hints when there is room for it.
+    let edit_rect = if edit_rect.height > 2 {
+        Rect {
+            height: edit_rect.height - 1,
+            ..edit_rect
+        }
+    } else {
+        edit_rect
+    };
+    editor.render(edit_rect, buf);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! The escalation queue: pending Host Escalation requests of every tab with
+//! their age, and what became of the others.
+
+use std::time::Duration;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget};
+
+use super::{format_duration, panel_block, selected_style, shown};
+
+/// Where a request stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EscalationStatus {
+    /// Waiting for a human.
+    #[default]
+    Pending,
+    /// Approved (by a human or the whitelist) and running on the host.
+    Running,
+    Denied {
+        reason: Option<String>,
+    },
+    /// Ran to the end.
+    Finished {
+        exit_code: i32,
+        /// Its output, or the start of it.
+        output: String,
+    },
+    /// Could not run or was stopped (time limit, output limit, ...).
+    Failed {
+        error: String,
+    },
+}
+
+/// One request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EscalationRow {
+    pub id: String,
+    /// The tab (Client Session) that asked.
+    pub tab: String,
+    /// Time since it arrived.
+    pub age: Duration,
+    pub command: String,
+    pub status: EscalationStatus,
+}
+
+/// The escalation queue panel.
+#[derive(Clone, Copy, Debug)]
+pub struct EscalationsPanel<'a> {
+    pub rows: &'a [EscalationRow],
+    pub selected: Option<usize>,
+    pub focused: bool,
+}
+
+impl<'a> EscalationsPanel<'a> {
+    pub fn new(rows: &'a [EscalationRow]) -> Self {
+        Self {
+            rows,
+            selected: None,
+            focused: false,
+        }
+    }
+}
+
+fn status_span(status: &EscalationStatus) -> Span<'static> {
+    match status {
+        EscalationStatus::Pending => Span::styled(
+            "PENDING",
+            Style::new()
+                .fg(Color::Black)
+                .bg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        ),
+        EscalationStatus::Running => Span::styled("running", Style::new().fg(Color::Cyan)),
+        EscalationStatus::Denied { reason } => {
+            let text = match reason {
+                Some(r) => format!("denied: {}", shown(r)),
+                None => "denied".to_string(),
+            };
+            Span::styled(text, Style::new().fg(Color::Red))
+        }
+        EscalationStatus::Finished { exit_code, output } => {
+            let color = if *exit_code == 0 {
+                Color::Green
+            } else {
+                Color::Red
+            };
+            let output = shown(output.trim_end());
+            let text = if output.is_empty() {
+                format!("exit {exit_code}")
+            } else {
+                format!("exit {exit_code} · {output}")
+            };
+            Span::styled(text, Style::new().fg(color))
+        }
+        EscalationStatus::Failed { error } => Span::styled(
+            format!("failed: {}", shown(error)),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+    }
+}
+
+impl Widget for EscalationsPanel<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let pending = self
+            .rows
+            .iter()
+            .filter(|r| r.status == EscalationStatus::Pending)
+            .count();
+        let block = panel_block(format!(" Escalations · {pending} pending "), self.focused);
+        let inner = block.inner(area);
+        block.render(area, buf);
+        if self.rows.is_empty() {
+            Paragraph::new(Line::from(Span::styled(
+                "No requests yet.",
+                Style::new().fg(Color::DarkGray),
+            )))
+            .render(inner, buf);
+            return;
+        }
+        let widths = [
+            Constraint::Length(8),
+            Constraint::Length(10),
+            Constraint::Length(6),
+            Constraint::Fill(3),
+            Constraint::Fill(2),
+        ];
+        let header = Row::new(["ID", "TAB", "AGE", "COMMAND", "STATUS"])
+            .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
+        let rows = self.rows.iter().map(|r| {
+            Row::new([
+                Cell::from(shown(&r.id)),
+                Cell::from(shown(&r.tab)),
+                Cell::from(format!("{:>6}", format_duration(r.age))),
+                Cell::from(shown(&r.command)),
+                Cell::from(status_span(&r.status)),
+            ])
+        });
+        let table = Table::new(rows, widths)
+            .header(header)
+            .row_highlight_style(selected_style());
+        let mut state = TableState::default().with_selected(self.selected);
+        StatefulWidget::render(table, inner, buf, &mut state);
+    }
+}

@@ -1,0 +1,134 @@
+//! Every running domain of this user: its Agent Sandbox's runtime (anything
+//! but gVisor is shown loudly), Client Sessions and uptime.
+
+use std::time::Duration;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget};
+
+use super::{format_duration, keep_end, panel_block, selected_style, shown};
+
+/// One domain (one Domain Anchor).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionRow {
+    /// The Domain Anchor, shortened.
+    pub domain: String,
+    pub profile: String,
+    /// The host workspace path.
+    pub workspace: String,
+    /// The runtime the Agent Sandbox runs under, as podman reports it.
+    pub runtime: String,
+    /// Whether that runtime is gVisor (runsc); anything else is an alarm.
+    pub gvisor: bool,
+    /// Client Sessions attached.
+    pub sessions: usize,
+    pub uptime: Duration,
+}
+
+/// The sessions panel.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionsPanel<'a> {
+    pub rows: &'a [SessionRow],
+    pub selected: Option<usize>,
+    pub focused: bool,
+}
+
+impl<'a> SessionsPanel<'a> {
+    pub fn new(rows: &'a [SessionRow]) -> Self {
+        Self {
+            rows,
+            selected: None,
+            focused: false,
+        }
+    }
+}
+
+const SPACING: u16 = 1;
+
+impl Widget for SessionsPanel<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let unsafe_count = self.rows.iter().filter(|r| !r.gvisor).count();
+        let mut title = format!(" Sessions · {} domains ", self.rows.len());
+        if unsafe_count > 0 {
+            title = format!("{title}· {unsafe_count} NOT gVisor ");
+        }
+        let block = panel_block(title, self.focused);
+        let inner = block.inner(area);
+        block.render(area, buf);
+        if self.rows.is_empty() {
+            Paragraph::new(Line::from(Span::styled(
+                "No running domains.",
+                Style::new().fg(Color::DarkGray),
+            )))
+            .render(inner, buf);
+            return;
+        }
+
+        let runtime_width = self
+            .rows
+            .iter()
+            .map(|r| runtime_label(r).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(7);
+        let fixed = [12, 12, runtime_width, 8, 6];
+        let fixed_total: usize = fixed.iter().sum::<usize>() + usize::from(SPACING) * fixed.len();
+        let workspace_width = usize::from(inner.width).saturating_sub(fixed_total).max(10);
+        let widths = [
+            Constraint::Length(12),
+            Constraint::Length(12),
+            Constraint::Min(10),
+            Constraint::Length(u16::try_from(runtime_width).unwrap_or(u16::MAX)),
+            Constraint::Length(8),
+            Constraint::Length(6),
+        ];
+
+        let header = Row::new([
+            "DOMAIN",
+            "PROFILE",
+            "WORKSPACE",
+            "RUNTIME",
+            "SESSIONS",
+            "UPTIME",
+        ])
+        .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
+        let rows = self.rows.iter().map(|r| {
+            let runtime = if r.gvisor {
+                Span::styled(runtime_label(r), Style::new().fg(Color::Green))
+            } else {
+                Span::styled(
+                    runtime_label(r),
+                    Style::new()
+                        .fg(Color::White)
+                        .bg(Color::Red)
+                        .add_modifier(Modifier::BOLD),
+                )
+            };
+            Row::new([
+                Cell::from(shown(&r.domain)),
+                Cell::from(shown(&r.profile)),
+                Cell::from(keep_end(&shown(&r.workspace), workspace_width)),
+                Cell::from(runtime),
+                Cell::from(format!("{:>8}", r.sessions)),
+                Cell::from(format!("{:>6}", format_duration(r.uptime))),
+            ])
+        });
+        let table = Table::new(rows, widths)
+            .header(header)
+            .column_spacing(SPACING)
+            .row_highlight_style(selected_style());
+        let mut state = TableState::default().with_selected(self.selected);
+        StatefulWidget::render(table, inner, buf, &mut state);
+    }
+}
+
+fn runtime_label(row: &SessionRow) -> String {
+    if row.gvisor {
+        shown(&row.runtime)
+    } else {
+        format!("NOT gVisor: {}", shown(&row.runtime))
+    }
+}

@@ -1,0 +1,98 @@
+//! The tab bar: one tab per Client Session, with a badge on tabs that have
+//! pending escalation requests.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+
+use super::shown;
+
+/// One tab.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TabInfo {
+    pub title: String,
+    /// Pending escalation requests from this tab.
+    pub pending: usize,
+}
+
+/// The tab bar, one row high.
+#[derive(Clone, Copy, Debug)]
+pub struct TabBar<'a> {
+    pub tabs: &'a [TabInfo],
+    pub selected: usize,
+}
+
+impl<'a> TabBar<'a> {
+    pub fn new(tabs: &'a [TabInfo], selected: usize) -> Self {
+        Self { tabs, selected }
+    }
+}
+
+/// The spans of tab `i` and their width.
+fn tab_spans(i: usize, tab: &TabInfo, selected: bool) -> (Vec<Span<'static>>, usize) {
+    let style = if selected {
+        Style::new()
+            .fg(Color::Black)
+            .bg(Color::Cyan)
+            .add_modifier(Modifier::BOLD)
+    } else {
+        Style::new().fg(Color::Gray)
+    };
+    let label = format!(" {}:{} ", i + 1, shown(&tab.title));
+    let mut width = Span::raw(label.as_str()).width();
+    let mut spans = vec![Span::styled(label, style)];
+    if tab.pending > 0 {
+        let badge = format!(" !{} ", tab.pending);
+        width += badge.len();
+        spans.push(Span::styled(
+            badge,
+            Style::new()
+                .fg(Color::Black)
+                .bg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        ));
+    }
+    (spans, width)
+}
+
+impl Widget for TabBar<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let area = area.intersection(buf.area);
+        if area.is_empty() {
+            return;
+        }
+        let selected = self.selected.min(self.tabs.len().saturating_sub(1));
+        let tabs: Vec<_> = self
+            .tabs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tab_spans(i, t, i == selected))
+            .collect();
+        // Skip tabs from the left until the selected one fits; "…" says
+        // some are hidden.
+        let width = usize::from(area.width);
+        let mut first = 0;
+        let fits = |first: usize| {
+            let lead = usize::from(first > 0);
+            lead + tabs[first..=selected]
+                .iter()
+                .map(|(_, w)| w + 1)
+                .sum::<usize>()
+                <= width
+        };
+        while first < selected && !fits(first) {
+            first += 1;
+        }
+        let mut spans = Vec::new();
+        if first > 0 {
+            spans.push(Span::styled("…", Style::new().fg(Color::DarkGray)));
+        }
+        for (tab, _) in tabs.into_iter().skip(first) {
+            spans.extend(tab);
+            spans.push(Span::raw(" "));
+        }
+        buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+    }
+}

@@ -1,0 +1,356 @@
+//! Snapshots of every panel on a TestBackend.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{dump, render, row};
+use lazaret_widgets::panels::*;
+use ratatui::layout::Rect;
+use ratatui::style::Color;
+
+fn sessions() -> Vec<SessionRow> {
+    vec![
+        SessionRow {
+            domain: "3fa9c2e1b7d0".into(),
+            profile: "claude".into(),
+            workspace: "/home/ana/src/lazaret".into(),
+            runtime: "runsc".into(),
+            gvisor: true,
+            sessions: 2,
+            uptime: Duration::from_secs(3 * 3600 + 12 * 60),
+        },
+        SessionRow {
+            domain: "91bb04aa5e3c".into(),
+            profile: "aider".into(),
+            workspace: "/home/ana/work/clients/very-long-customer-name/backend-service".into(),
+            runtime: "runc".into(),
+            gvisor: false,
+            sessions: 1,
+            uptime: Duration::from_secs(42),
+        },
+    ]
+}
+
+#[test]
+fn sessions_panel() {
+    let rows = sessions();
+    let buf = render(90, 6, |f| {
+        f.render_widget(
+            SessionsPanel {
+                rows: &rows,
+                selected: Some(0),
+                focused: true,
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!(dump(&buf));
+    // The non-gVisor runtime is loud: white on red.
+    let x = row(&buf, 3).find("NOT gVisor").expect("NOT gVisor shown") as u16;
+    let cell = &buf[(x, 3)];
+    assert_eq!((cell.fg, cell.bg), (Color::White, Color::Red));
+}
+
+#[test]
+fn sessions_panel_empty_and_narrow() {
+    let buf = render(40, 4, |f| {
+        f.render_widget(SessionsPanel::new(&[]), f.area());
+    });
+    insta::assert_snapshot!(dump(&buf));
+    let rows = sessions();
+    let buf = render(60, 5, |f| {
+        f.render_widget(SessionsPanel::new(&rows), f.area());
+    });
+    insta::assert_snapshot!("sessions_panel_narrow", dump(&buf));
+}
+
+#[test]
+fn network_panel() {
+    let routes = vec![
+        RouteRow {
+            prefix: "160.79.104.0/23".into(),
+            verdict: Verdict::Allow,
+            rule: "profile claude: api.anthropic.com".into(),
+        },
+        RouteRow {
+            prefix: "140.82.112.0/20".into(),
+            verdict: Verdict::Allow,
+            rule: "live edit 14:02: github.com".into(),
+        },
+        RouteRow {
+            prefix: "10.0.0.0/8".into(),
+            verdict: Verdict::Deny,
+            rule: "built-in: private ranges".into(),
+        },
+        RouteRow {
+            prefix: "0.0.0.0/0".into(),
+            verdict: Verdict::Deny,
+            rule: "default".into(),
+        },
+    ];
+    let buf = render(64, 8, |f| {
+        f.render_widget(
+            NetworkPanel {
+                routes: &routes,
+                selected: Some(1),
+                focused: false,
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!(dump(&buf));
+    let empty = render(40, 3, |f| f.render_widget(NetworkPanel::new(&[]), f.area()));
+    insta::assert_snapshot!("network_panel_empty", dump(&empty));
+}
+
+#[test]
+fn escalations_panel() {
+    let rows = vec![
+        EscalationRow {
+            id: "e-17".into(),
+            tab: "claude".into(),
+            age: Duration::from_secs(75),
+            command: "cargo publish --dry-run".into(),
+            status: EscalationStatus::Pending,
+        },
+        EscalationRow {
+            id: "e-16".into(),
+            tab: "aider".into(),
+            age: Duration::from_secs(600),
+            // Escape sequences in a command never reach the terminal.
+            command: "ls\u{1b}[2J /etc\u{202E}txt".into(),
+            status: EscalationStatus::Denied {
+                reason: Some("not needed".into()),
+            },
+        },
+        EscalationRow {
+            id: "e-15".into(),
+            tab: "claude".into(),
+            age: Duration::from_secs(4000),
+            command: "git push origin main".into(),
+            status: EscalationStatus::Finished {
+                exit_code: 0,
+                output: "Everything up-to-date\n".into(),
+            },
+        },
+        EscalationRow {
+            id: "e-14".into(),
+            tab: "claude".into(),
+            age: Duration::from_secs(5000),
+            command: "make test".into(),
+            status: EscalationStatus::Finished {
+                exit_code: 2,
+                output: "make: *** [test] Error 2".into(),
+            },
+        },
+        EscalationRow {
+            id: "e-13".into(),
+            tab: "shell".into(),
+            age: Duration::from_secs(90_000),
+            command: "sleep 9999".into(),
+            status: EscalationStatus::Failed {
+                error: "time limit (60s)".into(),
+            },
+        },
+        EscalationRow {
+            id: "e-12".into(),
+            tab: "shell".into(),
+            age: Duration::from_secs(3),
+            command: "date".into(),
+            status: EscalationStatus::Running,
+        },
+    ];
+    let buf = render(100, 9, |f| {
+        f.render_widget(
+            EscalationsPanel {
+                rows: &rows,
+                selected: None,
+                focused: true,
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!(dump(&buf));
+    assert!(!dump(&buf).contains('\u{1b}'));
+}
+
+#[test]
+fn audit_panel_follows_the_newest_and_scrolls() {
+    let entries: Vec<AuditEntry> = (0..8)
+        .map(|i| AuditEntry {
+            time: format!("14:0{i}:00"),
+            event: ["request", "approved", "denied", "policy"][i % 4].into(),
+            detail: format!("entry {i}: e-{i} \u{1b}]0;title\u{7}"),
+        })
+        .collect();
+    let newest = render(60, 5, |f| {
+        f.render_widget(AuditPanel::new(&entries), f.area());
+    });
+    insta::assert_snapshot!("audit_panel_newest", dump(&newest));
+    let scrolled = render(60, 5, |f| {
+        f.render_widget(
+            AuditPanel {
+                entries: &entries,
+                scroll: 2,
+                focused: true,
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!("audit_panel_scrolled", dump(&scrolled));
+    assert!(row(&scrolled, 1).contains("entry 3"));
+}
+
+fn tabs() -> Vec<TabInfo> {
+    vec![
+        TabInfo {
+            title: "claude".into(),
+            pending: 0,
+        },
+        TabInfo {
+            title: "aider".into(),
+            pending: 2,
+        },
+        TabInfo {
+            title: "shell".into(),
+            pending: 0,
+        },
+        TabInfo {
+            title: "codex".into(),
+            pending: 1,
+        },
+    ]
+}
+
+#[test]
+fn tab_bar_with_badges() {
+    let tabs = tabs();
+    let buf = render(60, 1, |f| f.render_widget(TabBar::new(&tabs, 0), f.area()));
+    insta::assert_snapshot!(dump(&buf));
+}
+
+#[test]
+fn tab_bar_keeps_the_selected_tab_in_view() {
+    let tabs = tabs();
+    let buf = render(22, 1, |f| f.render_widget(TabBar::new(&tabs, 3), f.area()));
+    insta::assert_snapshot!(dump(&buf));
+    assert!(row(&buf, 0).contains("4:codex"));
+}
+
+#[test]
+fn tab_bar_without_tabs_or_with_a_stale_selection_does_not_panic() {
+    let buf = render(20, 1, |f| f.render_widget(TabBar::new(&[], 3), f.area()));
+    assert_eq!(row(&buf, 0).trim(), "");
+    let tabs = tabs();
+    // A selection past the end is the last tab.
+    let buf = render(20, 1, |f| f.render_widget(TabBar::new(&tabs, 99), f.area()));
+    assert!(row(&buf, 0).contains("4:codex"));
+}
+
+#[test]
+fn status_line() {
+    let idle = render(70, 1, |f| {
+        f.render_widget(
+            StatusLine {
+                prefix: "C-a",
+                prefix_armed: false,
+                domain: Some("claude · ~/src/lazaret (3fa9c2)"),
+                message: Some("e-17 approved"),
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!("status_line_idle", dump(&idle));
+    let armed = render(70, 1, |f| {
+        f.render_widget(
+            StatusLine {
+                prefix: "C-a",
+                prefix_armed: true,
+                domain: None,
+                message: None,
+            },
+            f.area(),
+        );
+    });
+    insta::assert_snapshot!("status_line_armed", dump(&armed));
+}
+
+#[test]
+fn status_line_drops_a_message_that_would_cover_the_domain() {
+    let buf = render(40, 1, |f| {
+        f.render_widget(
+            StatusLine {
+                prefix: "C-a",
+                prefix_armed: false,
+                domain: Some("claude · ~/src/lazaret"),
+                message: Some("a long message that does not fit"),
+            },
+            f.area(),
+        );
+    });
+    assert!(row(&buf, 0).contains("~/src/lazaret"));
+    assert!(!row(&buf, 0).contains("message"));
+}
+
+fn help() -> Vec<HelpSection> {
+    let b = |keys: &str, action: &str| KeyBinding {
+        keys: keys.into(),
+        action: action.into(),
+    };
+    vec![
+        HelpSection {
+            title: "Tabs".into(),
+            bindings: vec![
+                b("C-a c", "new tab (pick profile and workspace)"),
+                b("C-a x", "close tab"),
+                b("C-a n / C-a p", "next / previous tab"),
+                b("C-a ,", "rename tab"),
+            ],
+        },
+        HelpSection {
+            title: "Panels".into(),
+            bindings: vec![
+                b("C-a s", "sessions"),
+                b("C-a w", "network policy"),
+                b("C-a e", "escalation queue"),
+                b("C-a l", "audit trail"),
+            ],
+        },
+        HelpSection {
+            title: "Approval".into(),
+            bindings: vec![
+                b("A", "approve & run"),
+                b("D", "deny"),
+                b("E", "edit, then approve"),
+                b("Q", "abort"),
+            ],
+        },
+    ]
+}
+
+#[test]
+fn help_overlay() {
+    let sections = help();
+    let buf = render(70, 22, |f| {
+        f.render_widget(HelpOverlay::new(&sections), f.area());
+    });
+    insta::assert_snapshot!(dump(&buf));
+}
+
+#[test]
+fn help_overlay_in_a_small_terminal_says_what_is_missing() {
+    let sections = help();
+    let buf = render(30, 8, |f| {
+        f.render_widget(HelpOverlay::new(&sections), f.area());
+    });
+    insta::assert_snapshot!(dump(&buf));
+    assert!(dump(&buf).contains("more lines"));
+    // And nothing at all does not panic.
+    render(1, 1, |f| {
+        f.render_widget(HelpOverlay::new(&sections), f.area());
+    });
+    render(10, 1, |f| {
+        f.render_widget(HelpOverlay::new(&sections), Rect::new(0, 0, 0, 0));
+    });
+}
