@@ -13,4 +13,6 @@ pub mod engine;
 pub mod git_sentry;
 pub mod host;
 pub mod install;
+pub mod net;
 pub mod rundir;
+pub mod ui;

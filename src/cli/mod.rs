@@ -2,7 +2,7 @@
 //! library; errors carry context saying what failed and what to do.
 
 mod prompt;
-mod session;
+pub(crate) mod session;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -65,6 +65,20 @@ enum Command {
         #[arg(long, short)]
         workspace: Option<PathBuf>,
     },
+    /// The full-screen workbench: tabbed sandbox shells (one Client
+    /// Session each), the approval modal and side panels. Press the prefix
+    /// key (default Ctrl-a) then `?` for every binding.
+    Ui {
+        /// Profile of new tabs (default: `default_profile`, or the only profile).
+        #[arg(long, short)]
+        profile: Option<String>,
+        /// Workspace folder of new tabs (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// Lazaret's prefix key, e.g. `C-a` (default) or `C-b`.
+        #[arg(long, default_value = "C-a")]
+        prefix: String,
+    },
     /// Run one command in the sandbox, non-interactively; its exit code is
     /// lazaret's.
     Exec {
@@ -115,6 +129,10 @@ enum Command {
         #[arg(long)]
         foreground: bool,
     },
+    /// The egress policy of a domain: show the live table, explain a
+    /// decision, or change it while the sandbox runs.
+    #[command(subcommand)]
+    Net(NetCommand),
     /// Build the images sandboxes run from.
     #[command(subcommand)]
     Image(ImageCommand),
@@ -189,6 +207,34 @@ enum SandboxCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum NetCommand {
+    /// Print the sidecar's live rules and the configuration rule behind each.
+    Show(DomainArgs),
+    /// Say whether ADDR is reachable, and which rule decides it.
+    Why {
+        addr: std::net::IpAddr,
+        #[command(flatten)]
+        domain: DomainArgs,
+    },
+    /// Allow a network now (and, with --save, in ./lazaret.toml).
+    Allow {
+        cidr: String,
+        #[command(flatten)]
+        domain: DomainArgs,
+        #[arg(long)]
+        save: bool,
+    },
+    /// Deny a network now (and, with --save, in ./lazaret.toml).
+    Deny {
+        cidr: String,
+        #[command(flatten)]
+        domain: DomainArgs,
+        #[arg(long)]
+        save: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Validate every configuration file and profile; print each problem
     /// with file, line and column.
@@ -214,6 +260,17 @@ pub fn run() -> Result<ExitCode> {
         Command::Shell { profile, workspace } => {
             session::shell(&cli.config, &env, profile.as_deref(), workspace.as_deref())
         }
+        Command::Ui {
+            profile,
+            workspace,
+            prefix,
+        } => crate::ui::run(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            &prefix,
+        ),
         Command::Exec {
             profile,
             workspace,
@@ -256,6 +313,7 @@ pub fn run() -> Result<ExitCode> {
             foreground: true,
         } => session::coordinator(&cli.config, &env, &profile, &workspace),
         Command::Coordinator { .. } => session::launch_coordinator(),
+        Command::Net(cmd) => net_command(cli.config, &env, &cmd),
         Command::Config(ConfigCommand::Check) => {
             let config = load(cli.config, &env)?;
             config_check(&config, &env)
@@ -401,6 +459,122 @@ fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) ->
         .with_context(|| format!("cannot tear down domain {}", anchor.hash()))?;
     println!("domain {} is down", anchor.hash());
     Ok(ExitCode::SUCCESS)
+}
+
+fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -> Result<ExitCode> {
+    use crate::net;
+    let (d, change) = match cmd {
+        NetCommand::Show(d) | NetCommand::Why { domain: d, .. } => (d, None),
+        NetCommand::Allow { cidr, domain, save } => (domain, Some((cidr.clone(), true, *save))),
+        NetCommand::Deny { cidr, domain, save } => (domain, Some((cidr.clone(), false, *save))),
+    };
+    let (config, resolved) = resolve(explicit, env, d)?;
+    let domain_root = resolved.domain.domain_root(&config.data_root);
+    let sidecar = resolved.domain.sidecar_name();
+    let podman = Podman::default();
+    // The live policy (after earlier allow/deny), else the configuration's.
+    let mut spec = net::load_live(&domain_root).unwrap_or_else(|| resolved.network.clone());
+    match cmd {
+        NetCommand::Why { addr, .. } => {
+            let policy = net::policy(spec)?;
+            let decision = policy.why(*addr);
+            println!("{decision}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        NetCommand::Show(_) => {
+            let policy = net::policy(spec)?;
+            let report = net::show(&podman, &sidecar, Some(&policy)).with_context(|| {
+                format!("cannot read the sidecar {sidecar}; is the domain up? (lazaret status)")
+            })?;
+            print!("{report}");
+            if !net::in_force(&report, &policy) {
+                eprintln!("lazaret: warning: the live table differs from the policy");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    let (cidr, allow, save) = change.expect("allow or deny");
+    let net: ipnet::IpNet = crate::config::parse_cidr(&cidr).map_err(|e| anyhow::anyhow!(e))?;
+    let origin = format!(
+        "lazaret net {} (live)",
+        if allow { "allow" } else { "deny" }
+    );
+    let rule = lazaret_sidecar::policy::SpecRule::with_origin(net, origin);
+    // Replace any earlier live rule for the same network, then add.
+    spec.allow_egress.retain(|r| r.net != net);
+    spec.default_deny.retain(|r| r.net != net);
+    if allow {
+        spec.allow_egress.push(rule);
+    } else {
+        spec.default_deny.push(rule);
+    }
+    let policy = net::policy(spec.clone())?;
+    let report = net::apply(&podman, &sidecar, &policy).with_context(|| {
+        format!("cannot change the policy of {sidecar}; is the domain up? (lazaret status)")
+    })?;
+    net::save_live(&domain_root, &spec)?;
+    print!("{report}");
+    if save {
+        let file = current_dir()?.join("lazaret.toml");
+        // Arrays replace whole across files: start from the effective list so
+        // saving one rule never drops the others.
+        let base: Vec<String> = if allow {
+            resolved
+                .profile
+                .allow_egress
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        } else {
+            config
+                .network
+                .default_deny
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        save_rule(&file, &resolved.profile.name, &cidr, allow, &base)?;
+        println!("saved to {}", file.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Adds `cidr` to ./lazaret.toml: to the profile's `allow_egress`, or to
+/// `[network].default_deny`, keeping the rest of the file as it is.
+fn save_rule(file: &Path, profile: &str, cidr: &str, allow: bool, base: &[String]) -> Result<()> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML; fix it first", file.display()))?;
+    let array = if allow {
+        let profiles = doc.entry("profiles").or_insert(toml_edit::table());
+        let p = profiles
+            .as_table_mut()
+            .context("`profiles` is not a table")?
+            .entry(profile)
+            .or_insert(toml_edit::table());
+        p.as_table_mut()
+            .context("the profile is not a table")?
+            .entry("allow_egress")
+            .or_insert(toml_edit::value(toml_edit::Array::new()))
+    } else {
+        let network = doc.entry("network").or_insert(toml_edit::table());
+        network
+            .as_table_mut()
+            .context("`network` is not a table")?
+            .entry("default_deny")
+            .or_insert(toml_edit::value(toml_edit::Array::new()))
+    };
+    let array = array.as_array_mut().context("the key is not an array")?;
+    for c in base.iter().map(String::as_str).chain(std::iter::once(cidr)) {
+        if !array.iter().any(|v| v.as_str() == Some(c)) {
+            array.push(c);
+        }
+    }
+    std::fs::write(file, doc.to_string())
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(())
 }
 
 fn layout_of(

@@ -28,7 +28,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// The domain of `profile` and `workspace` (default: the current folder).
-fn context(
+pub(crate) fn context(
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
     profile: Option<&str>,
@@ -58,6 +58,79 @@ fn announce(domain: &DomainStatus) {
     }
 }
 
+/// A Client Session's identity: its id and its Session Anchor key, whose
+/// private half never leaves this process; each exec gets a delegated,
+/// expiring credential (decisions.md D4). Shared by `lazaret shell`/`exec`
+/// and every tab of `lazaret ui`.
+pub(crate) struct SessionAnchor {
+    pub(crate) id: String,
+    key: SessionKey,
+}
+
+impl std::fmt::Debug for SessionAnchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionAnchor")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionAnchor {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(SessionAnchor {
+            id: uuid::Uuid::new_v4().to_string(),
+            key: SessionKey::generate().context("cannot create the Session Anchor key")?,
+        })
+    }
+
+    /// The handshake of this session.
+    pub(crate) fn hello(&self, purpose: &str, interactive: bool) -> Hello {
+        Hello {
+            session_id: Some(self.id.clone()),
+            session_key: Some(hex(self.key.public_key().as_bytes())),
+            purpose: purpose.into(),
+            interactive,
+        }
+    }
+
+    /// The arguments of `podman` that run `argv` in `sandbox` as this
+    /// session: a delegated credential, the guide, and TERM.
+    pub(crate) fn exec_args(
+        &self,
+        sandbox: &str,
+        tty: bool,
+        term: Option<&str>,
+        argv: &[String],
+    ) -> Result<Vec<String>> {
+        let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
+        let credential = self
+            .key
+            .delegate(&self.id, expires)
+            .context("cannot delegate the session credential")?;
+        let mut args = vec!["exec".to_string(), "--interactive".to_string()];
+        if tty {
+            args.push("--tty".into());
+        }
+        for (k, v) in credential.env_vars() {
+            args.push("--env".into());
+            args.push(format!("{k}={v}"));
+        }
+        args.push("--env".into());
+        args.push(format!(
+            "{}={}",
+            lazaret_escalate::env::GUIDE,
+            lazaret_escalate::GUIDE_PATH
+        ));
+        if let Some(term) = term {
+            args.push("--env".into());
+            args.push(format!("TERM={term}"));
+        }
+        args.push(sandbox.to_string());
+        args.extend(argv.iter().cloned());
+        Ok(args)
+    }
+}
+
 /// Runs `argv` in the sandbox through `podman exec`, as one Client Session.
 fn run_in_sandbox(
     explicit: &Option<PathBuf>,
@@ -69,10 +142,7 @@ fn run_in_sandbox(
     purpose: &str,
 ) -> Result<ExitCode> {
     let (_, ctx, _) = context(explicit, env, profile, workspace)?;
-    // The Session Anchor: its private half never leaves this process; each
-    // exec gets a delegated, expiring credential (decisions.md D4).
-    let session_id = uuid::Uuid::new_v4().to_string();
-    let session_key = SessionKey::generate().context("cannot create the Session Anchor key")?;
+    let session = SessionAnchor::new()?;
     let tty = interactive && nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
     let has_human = super::prompt::open_tty().is_some();
     let rt = runtime()?;
@@ -80,12 +150,7 @@ fn run_in_sandbox(
     let mut client = rt
         .block_on(client::connect(
             &ctx,
-            &Hello {
-                session_id: Some(session_id.clone()),
-                session_key: Some(hex(session_key.public_key().as_bytes())),
-                purpose: purpose.into(),
-                interactive: has_human,
-            },
+            &session.hello(purpose, has_human),
             true,
             &mut |step| {
                 eprintln!(
@@ -96,30 +161,13 @@ fn run_in_sandbox(
         ))
         .with_context(|| format!("cannot reach domain {}", ctx.anchor.hash()))?;
     announce(&client.domain);
-    let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
-    let credential = session_key
-        .delegate(&session_id, expires)
-        .context("cannot delegate the session credential")?;
     let mut cmd = tokio::process::Command::new("podman");
-    cmd.arg("exec").arg("--interactive");
-    if tty {
-        cmd.arg("--tty");
-    }
-    for (k, v) in credential.env_vars() {
-        cmd.args(["--env", &format!("{k}={v}")]);
-    }
-    cmd.args([
-        "--env",
-        &format!(
-            "{}={}",
-            lazaret_escalate::env::GUIDE,
-            lazaret_escalate::GUIDE_PATH
-        ),
-    ]);
-    if let Some(term) = env.var("TERM") {
-        cmd.args(["--env", &format!("TERM={term}")]);
-    }
-    cmd.arg(&client.domain.sandbox).args(argv);
+    cmd.args(session.exec_args(
+        &client.domain.sandbox,
+        tty,
+        env.var("TERM").as_deref(),
+        argv,
+    )?);
     let status = rt.block_on(async {
         let mut child = cmd.spawn().context("cannot run podman exec")?;
         let mut listening = true;
@@ -192,7 +240,7 @@ pub fn exec(
 }
 
 /// A query-only connection to a socket (never starts anything).
-async fn query(socket: &Path) -> Result<client::Client, ClientError> {
+pub(crate) async fn query(socket: &Path) -> Result<client::Client, ClientError> {
     let mut stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
@@ -227,7 +275,7 @@ async fn query(socket: &Path) -> Result<client::Client, ClientError> {
 }
 
 /// Control sockets in the runtime folder.
-fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
+pub(crate) fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(rundir.path())
         .map(|d| {
             d.flatten()

@@ -200,6 +200,8 @@ pub struct ResolvedProfile {
     pub domain_dir: PathBuf,
     pub volumes: Vec<ResolvedVolume>,
     pub env: BTreeMap<String, String>,
+    /// The egress policy: `[network]` plus the profile's `allow_egress`.
+    pub network: lazaret_sidecar::policy::PolicySpec,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -480,6 +482,7 @@ impl Config {
             domain_dir,
             volumes,
             env: resolved_env,
+            network: crate::net::policy_spec(self, profile),
         })
     }
 

@@ -171,7 +171,7 @@ mod tests {
             Err(FrameError::TooLarge(_))
         ));
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let junk = br#"{"type":"status","extra":1}"#;
+        let junk = br#"{"type":"hello","version":1,"session_id":null,"session_key":null,"pid":1,"purpose":"x","interactive":false,"admin":true}"#;
         a.write_all(&(junk.len() as u32).to_be_bytes())
             .await
             .unwrap();

@@ -75,6 +75,8 @@ pub enum EngineError {
     Teardown(String),
     #[error(transparent)]
     Git(#[from] crate::git_sentry::GitError),
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
@@ -198,7 +200,7 @@ impl Engine {
 
         progress(Step::StartingSidecar);
         let result = self
-            .start_sidecar(anchor, &sidecar_image)
+            .start_sidecar(anchor, &sidecar_image, &resolved.network)
             .and_then(|()| {
                 progress(Step::MountingStateAnchor);
                 state_anchor::mount(
@@ -322,8 +324,24 @@ impl Engine {
         .collect()
     }
 
-    fn start_sidecar(&self, anchor: &DomainAnchor, image: &str) -> Result<(), EngineError> {
+    fn start_sidecar(
+        &self,
+        anchor: &DomainAnchor,
+        image: &str,
+        spec: &lazaret_sidecar::policy::PolicySpec,
+    ) -> Result<(), EngineError> {
         let name = anchor.sidecar_name();
+        let policy = crate::net::policy(spec.clone())?;
+        // The configuration decides at start; `lazaret net` changes the live copy.
+        crate::net::save_live(&self.domain_root(anchor), spec)?;
+        // The host's loopback is reachable only when the policy allows it at
+        // all: a device-bound socket skips the sidecar's rules (measured
+        // under runc), so slirp4netns must not offer the alias otherwise.
+        let network = if crate::net::needs_host_loopback(&policy) {
+            "slirp4netns:allow_host_loopback=true"
+        } else {
+            "slirp4netns:allow_host_loopback=false"
+        };
         let mut args: Vec<String> = vec![
             "run".into(),
             "--detach".into(),
@@ -331,7 +349,7 @@ impl Engine {
             name.clone(),
             "--runtime".into(),
             "runc".into(),
-            // It needs exactly one capability: to change its own routes.
+            // It needs exactly one capability: to change its own rules.
             "--cap-drop".into(),
             "all".into(),
             "--cap-add".into(),
@@ -340,12 +358,19 @@ impl Engine {
             "no-new-privileges".into(),
             "--read-only".into(),
             "--network".into(),
-            "slirp4netns:allow_host_loopback=true".into(),
+            network.into(),
         ];
         args.extend(Self::labels(anchor, "sidecar", "runc"));
         args.push(image.to_string());
-        args.push("hold".into());
+        args.extend([
+            "serve".into(),
+            "--policy".into(),
+            spec.to_json(),
+            "--gateway-wait-ms".into(),
+            "3000".into(),
+        ]);
         self.podman.run(&args)?;
+        // Healthy means: running, and its table is exactly the policy.
         let deadline = Instant::now() + SIDECAR_DEADLINE;
         loop {
             let state = self.podman.run([
@@ -355,7 +380,10 @@ impl Engine {
                 "{{.State.Status}}",
                 &name,
             ])?;
-            if state.trim() == "running" {
+            if state.trim() == "running"
+                && let Ok(report) = crate::net::show(&self.podman, &name, None)
+                && crate::net::in_force(&report, &policy)
+            {
                 return Ok(());
             }
             if Instant::now() > deadline || state.trim() == "exited" {

@@ -54,6 +54,13 @@ runtime = "runc"
 persistent_dirs = ["/usr", "/etc"]
 volumes = [{{ host = "{{profile_dir}}/home", container = "/root/persist" }}]
 env = {{ FOO = "bar baz", FWD = "env:LAZARET_TEST_FWD" }}
+[profiles.net]
+image = "{BASE_IMAGE}"
+allow_egress = ["10.0.2.2/32"]
+[profiles.netrc]
+image = "{BASE_IMAGE}"
+runtime = "runc"
+allow_egress = ["10.0.2.2/32"]
 [profiles.gvd]
 image = "{BASE_IMAGE}"
 workspace_mode = "direct"

@@ -1,0 +1,410 @@
+//! One tab = one Client Session: its control stream to the domain's
+//! Session Coordinator (a tokio task) and its shell, `podman exec -it` in a
+//! PTY whose output a reader thread parses into the pane.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use lazaret_widgets::modal::{ApprovalRequest, ApprovalView, CommandEditor};
+use lazaret_widgets::pane::PaneState;
+use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Ev;
+use crate::cli::session::SessionAnchor;
+use crate::coordinator::client::{self, DomainContext};
+use crate::coordinator::escalation::Prompt;
+use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, read_frame, write_frame};
+
+/// Rows of scrollback each pane keeps.
+const SCROLLBACK: usize = 10_000;
+
+/// What a new tab runs, and where.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub ctx: DomainContext,
+    /// The session command (the profile's `command`, or a login shell).
+    pub argv: Vec<String>,
+    /// `profile · workspace`, for titles.
+    pub label: String,
+    /// The profile: new tabs' default title.
+    pub profile: String,
+}
+
+/// The shell of a tab. The writer is never dropped while the shell lives
+/// (portable-pty writes "\n" + EOF on drop, which would submit a half-typed
+/// line): `Drop` ends the child first.
+pub struct Pty {
+    master: Box<dyn MasterPty + Send>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
+    child: Box<dyn Child + Send + Sync>,
+}
+
+impl std::fmt::Debug for Pty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pty").finish_non_exhaustive()
+    }
+}
+
+impl Pty {
+    /// Hangs the shell up (SIGHUP), then kills it if it lingers.
+    fn end(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = self.child.kill();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(pid) = self.child.process_id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Where the tab's session stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Connecting,
+    Running,
+    Failed(String),
+}
+
+/// The modal's mode for the request at the front of the queue.
+#[derive(Debug)]
+pub enum ModalMode {
+    Reading,
+    /// E: the human edits the command.
+    Editing(CommandEditor),
+    /// D: the human may type a reason.
+    Reason(CommandEditor),
+}
+
+/// A request waiting for this tab's human.
+#[derive(Debug)]
+pub struct Pending {
+    pub prompt: Prompt,
+    pub request: ApprovalRequest,
+    pub view: ApprovalView,
+    pub mode: ModalMode,
+}
+
+impl Pending {
+    pub fn new(prompt: Prompt) -> Self {
+        let request = ApprovalRequest {
+            id: prompt.request_id.clone(),
+            profile: prompt.profile.clone(),
+            justification: prompt.justification.clone(),
+            command: prompt.command.clone(),
+            via_shell: prompt.via_shell,
+            note: Some(format!("in {} · {}", prompt.cwd, prompt.reason)),
+        };
+        Pending {
+            prompt,
+            request,
+            view: ApprovalView::new(),
+            mode: ModalMode::Reading,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Tab {
+    pub id: u64,
+    pub title: String,
+    pub phase: Phase,
+    pub state: Arc<PaneState>,
+    /// Set by the reader thread when it has woken the UI; cleared by the UI.
+    pub woke: Arc<AtomicBool>,
+    pub pty: Option<Pty>,
+    /// Messages for the coordinator; dropping it closes the control stream.
+    outbound: Option<UnboundedSender<ClientMsg>>,
+    control: Option<std::thread::JoinHandle<()>>,
+    pub domain: Option<DomainStatus>,
+    pub prompts: VecDeque<Pending>,
+    started: Instant,
+}
+
+impl Tab {
+    /// Starts connecting (in `rt`); the pane shows the boot progress.
+    pub fn start(
+        id: u64,
+        launch: &Launch,
+        rows: u16,
+        cols: u16,
+        tx: std::sync::mpsc::Sender<Ev>,
+    ) -> Tab {
+        let (outbound, out_rx) = tokio::sync::mpsc::unbounded_channel();
+        let state = Arc::new(PaneState::new(rows.max(1), cols.max(1), SCROLLBACK));
+        state.process(format!("lazaret: connecting to {}\r\n", launch.label).as_bytes());
+        // Its own thread and runtime: the connection's progress callback is
+        // not `Send`, and a tab's control stream lives as long as the tab.
+        let title = launch.profile.clone();
+        let launch = launch.clone();
+        let failed = tx.clone();
+        let control = std::thread::Builder::new()
+            .name(format!("control-{id}"))
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(control(id, launch, out_rx, tx)),
+                    Err(e) => {
+                        let _ = tx.send(Ev::Failed(id, format!("no async runtime: {e}")));
+                    }
+                }
+            });
+        let control = match control {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                let _ = failed.send(Ev::Failed(id, format!("cannot start a thread: {e}")));
+                None
+            }
+        };
+        Tab {
+            id,
+            title,
+            phase: Phase::Connecting,
+            state,
+            woke: Arc::new(AtomicBool::new(false)),
+            pty: None,
+            outbound: Some(outbound),
+            control,
+            domain: None,
+            prompts: VecDeque::new(),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn progress(&self, step: &str) {
+        let line = format!(
+            "\x1b[2m[{:>5.1}s]\x1b[0m {step}\r\n",
+            self.started.elapsed().as_secs_f64()
+        );
+        self.state.process(line.as_bytes());
+    }
+
+    pub fn failed(&mut self, why: &str) {
+        self.state
+            .process(format!("\r\n\x1b[1;31mlazaret: {why}\x1b[0m\r\n").as_bytes());
+        self.phase = Phase::Failed(why.to_string());
+    }
+
+    /// Runs `podman exec` with `args` in a PTY of the pane's size, and a
+    /// reader thread feeding the pane.
+    pub fn spawn_shell(&mut self, args: &[String], tx: std::sync::mpsc::Sender<Ev>) -> Result<()> {
+        let (rows, cols) = self.state.size();
+        let pair = portable_pty::native_pty_system()
+            .openpty(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| anyhow::anyhow!("cannot open a PTY: {e}"))?;
+        let mut cmd = CommandBuilder::new("podman");
+        cmd.args(args);
+        if let Ok(cwd) = std::env::current_dir() {
+            cmd.cwd(cwd);
+        }
+        let child = pair
+            .slave
+            .spawn_command(cmd)
+            .map_err(|e| anyhow::anyhow!("cannot run podman exec: {e}"))?;
+        // The slave must go, so that the reader sees the end of the shell.
+        drop(pair.slave);
+        let mut reader = pair
+            .master
+            .try_clone_reader()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let writer = Arc::new(Mutex::new(
+            pair.master
+                .take_writer()
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+        let state = self.state.clone();
+        let woke = self.woke.clone();
+        let replies = writer.clone();
+        let id = self.id;
+        std::thread::Builder::new()
+            .name(format!("pty-{id}"))
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let answer = state.process(&buf[..n]);
+                            if !answer.is_empty()
+                                && let Ok(mut w) = replies.lock()
+                            {
+                                let _ = w.write_all(&answer);
+                                let _ = w.flush();
+                            }
+                            // One wake-up in flight at most, never one per chunk.
+                            if !woke.swap(true, Ordering::AcqRel) {
+                                let _ = tx.send(Ev::Output(id));
+                            }
+                        }
+                    }
+                }
+                let _ = tx.send(Ev::Exited(id));
+            })
+            .context("cannot start the PTY reader")?;
+        self.pty = Some(Pty {
+            master: pair.master,
+            writer,
+            child,
+        });
+        self.phase = Phase::Running;
+        Ok(())
+    }
+
+    /// Bytes for the shell (typed keys, pastes).
+    pub fn write(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if let Some(pty) = &self.pty
+            && let Ok(mut w) = pty.writer.lock()
+        {
+            let _ = w.write_all(bytes);
+            let _ = w.flush();
+        }
+    }
+
+    /// Sizes the parser and the PTY together (the parser lock is held
+    /// across both, so the child's redraw is parsed at the new size).
+    pub fn resize(&self, rows: u16, cols: u16) {
+        let (rows, cols) = (rows.max(1), cols.max(1));
+        if self.state.size() == (rows, cols) {
+            return;
+        }
+        match &self.pty {
+            Some(pty) => {
+                let _ = self.state.resize_with(rows, cols, |r, c| {
+                    pty.master.resize(PtySize {
+                        rows: r,
+                        cols: c,
+                        pixel_width: 0,
+                        pixel_height: 0,
+                    })
+                });
+            }
+            None => self.state.resize(rows, cols),
+        }
+    }
+
+    pub fn send(&self, msg: ClientMsg) {
+        if let Some(out) = &self.outbound {
+            let _ = out.send(msg);
+        }
+    }
+
+    /// Ends the shell, then the control stream once what was sent on it
+    /// (a last decision) is written: closing it ends the Client Session.
+    pub fn close(&mut self) {
+        if let Some(mut pty) = self.pty.take() {
+            pty.end();
+        }
+        self.outbound = None;
+        if let Some(handle) = self.control.take() {
+            if self.phase == Phase::Connecting {
+                // Still booting: it closes by itself once connected.
+                return;
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// The tab's control stream: connect (boot progress to the pane), tell the
+/// UI how to run the shell, then relay messages both ways for the tab's
+/// life. Ends when the UI drops the tab's sender or the coordinator goes.
+async fn control(
+    id: u64,
+    launch: Launch,
+    mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
+    tx: std::sync::mpsc::Sender<Ev>,
+) {
+    let session = match SessionAnchor::new() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tx.send(Ev::Failed(id, format!("{e:#}")));
+            return;
+        }
+    };
+    let progress_tx = tx.clone();
+    let connected = client::connect(&launch.ctx, &session.hello("ui", true), true, &mut |step| {
+        let _ = progress_tx.send(Ev::Progress(id, step.to_string()));
+    })
+    .await;
+    let client = match connected {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(Ev::Failed(
+                id,
+                format!("cannot reach domain {}: {e}", launch.ctx.anchor.hash()),
+            ));
+            return;
+        }
+    };
+    let args = match session.exec_args(
+        &client.domain.sandbox,
+        true,
+        Some("xterm-256color"),
+        &launch.argv,
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = tx.send(Ev::Failed(id, format!("{e:#}")));
+            return;
+        }
+    };
+    let _ = tx.send(Ev::Connected(id, Box::new(client.domain.clone()), args));
+    let (mut r, mut w) = client.stream.into_split();
+    let reader = async {
+        while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
+            if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+                break;
+            }
+        }
+    };
+    let writer = async {
+        while let Some(msg) = out_rx.recv().await {
+            if write_frame(&mut w, &msg).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = reader => {}
+        _ = writer => {}
+    }
+    let _ = tx.send(Ev::ControlClosed(id));
+}

@@ -1,0 +1,141 @@
+//! The Network Sidecar's policy, enforced on a real agent under runsc
+//! (`network=host`) and runc. Targets are only this machine: a listener on
+//! the host's loopback reached through slirp4netns's alias 10.0.2.2, the
+//! slirp4netns DNS address 10.0.2.3, and its IPv6 addresses; a failing
+//! policy sends nothing off the machine.
+
+mod common;
+
+use std::net::TcpListener;
+
+use common::sandbox::Domain;
+use common::{STANDARD_PATH, text};
+
+/// Connects from inside; `(ok, millis, error text)`.
+fn connect(d: &Domain, host: &str, port: u16) -> (bool, u64, String) {
+    // bash: /dev/tcp is bash's own. The clock is bash's too ($EPOCHREALTIME,
+    // no fork), so the figure is the connect, not process start-up.
+    let script = format!(
+        "s=${{EPOCHREALTIME/./}}; if exec 3<>/dev/tcp/{host}/{port}; then r=OK; else r=FAIL; fi 2>/tmp/err; \
+         e=${{EPOCHREALTIME/./}}; echo \"$r $(( (e - s) / 1000 )) $(cat /tmp/err)\""
+    );
+    let (_, out, _) = d.sh(&format!("bash -c {}", common::shell_quote(&script)));
+    let mut parts = out.trim().splitn(3, ' ');
+    let ok = parts.next() == Some("OK");
+    let ms = parts
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(u64::MAX);
+    (ok, ms, parts.next().unwrap_or_default().to_string())
+}
+
+fn net(d: &Domain, args: &[&str]) -> String {
+    let mut all = vec!["net"];
+    all.extend_from_slice(args);
+    let out = d.cmd(STANDARD_PATH, &all).output().unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "lazaret net {args:?}: {o}{e}");
+    o
+}
+
+fn assert_denied_at_once(d: &Domain, host: &str, port: u16) {
+    let (ok, ms, err) = connect(d, host, port);
+    assert!(!ok, "{host}:{port} was reached");
+    assert!(
+        err.contains("Permission denied"),
+        "EACCES expected for {host}: {err}"
+    );
+    assert!(ms < 100, "refusing {host} took {ms} ms");
+    eprintln!("{}: {host} refused in {ms} ms", d.profile);
+}
+
+fn live_policy(profile: &'static str) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let listener6 = TcpListener::bind("[::1]:0").ok();
+    let d = Domain::new(profile);
+    d.up();
+    // Allowed by the profile: connects.
+    let (ok, _, err) = connect(&d, "10.0.2.2", port);
+    assert!(ok, "10.0.2.2 allowed but not reached: {err}");
+    // The same host over IPv6 stays denied (built-in fc00::/7).
+    if let Some(l6) = &listener6 {
+        let port6 = l6.local_addr().unwrap().port();
+        assert_denied_at_once(&d, "fd00::2", port6);
+    }
+    // slirp4netns's DNS address: no rule allows it.
+    assert_denied_at_once(&d, "10.0.2.3", 53);
+    // Changed while the agent runs: the next connect follows.
+    let out = net(&d, &["deny", "10.0.2.2/32"]);
+    assert!(out.contains("10.0.2.2/32"), "{out}");
+    assert_denied_at_once(&d, "10.0.2.2", port);
+    let why = net(&d, &["why", "10.0.2.2"]);
+    assert!(why.contains("denied by"), "{why}");
+    net(&d, &["allow", "10.0.2.2/32"]);
+    let (ok, _, err) = connect(&d, "10.0.2.2", port);
+    assert!(ok, "allowed again but not reached: {err}");
+    // The live table names the rule behind each entry.
+    let show = net(&d, &["show"]);
+    assert!(show.contains("10.0.2.2/32"), "{show}");
+
+    // The agent cannot change routing, has no raw sockets, and cannot see
+    // the sidecar or its channel.
+    let (code, _, err) = d.sh("ip route add 192.0.2.0/24 dev lo");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Operation not permitted") || err.contains("Permission denied"),
+        "{err}"
+    );
+    let (code, _, err) = d.sh("ip rule add to 10.0.2.3 lookup main priority 1");
+    assert_ne!(code, 0, "the agent added a rule");
+    assert!(
+        err.contains("Operation not permitted") || err.contains("Permission denied"),
+        "{err}"
+    );
+    let (code, _, err) = d.sh("perl -e 'socket(S, 2, 3, 1) or die \"raw: $!\\n\"'");
+    assert_ne!(code, 0, "a raw socket was opened");
+    assert!(
+        err.contains("raw: Operation not permitted") || err.contains("raw: Permission denied"),
+        "{err}"
+    );
+    let (_, ps, _) = d.sh("ps -eo comm");
+    assert!(!ps.contains("lazaret-sidecar"), "{ps}");
+    let (_, sockets, _) = d.sh("ls /run/lazaret");
+    assert!(!sockets.contains("sidecar"), "{sockets}");
+    d.down();
+    d.assert_gone();
+    drop(listener);
+}
+
+#[test]
+fn live_policy_under_runsc() {
+    live_policy("net");
+}
+
+#[test]
+fn live_policy_under_runc() {
+    live_policy("netrc");
+}
+
+/// With nothing allowed, nothing leaves: no default route is consulted and
+/// even the host-loopback alias is not offered by slirp4netns.
+#[test]
+fn everything_is_denied_by_default() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let d = Domain::new("gv");
+    d.up();
+    assert_denied_at_once(&d, "10.0.2.2", port);
+    assert_denied_at_once(&d, "10.0.2.3", 53);
+    let show = net(&d, &["show"]);
+    let allowed: Vec<&str> = show
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("allow"))
+        .collect();
+    assert!(allowed.is_empty(), "something is allowed:\n{show}");
+    assert!(show.contains("floor: nothing falls through"), "{show}");
+    let why = net(&d, &["why", "10.0.2.3"]);
+    assert!(why.contains("denied by"), "{why}");
+    d.down();
+    d.assert_gone();
+}

@@ -1,0 +1,265 @@
+//! `lazaret ui` end to end: the real binary in a real terminal (tmux),
+//! against a real gVisor sandbox and the real Session Coordinator. Every
+//! wait is on a marker that only the awaited step can put on screen.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+
+const ESC: &str = "/run/lazaret/escalate";
+
+fn rundir() -> PathBuf {
+    let uid = match common::test_user() {
+        Some(u) => u.uid,
+        None => nix::unistd::geteuid().as_raw(),
+    };
+    PathBuf::from(format!("/tmp/lazaret-{uid}"))
+}
+
+fn lock_is_free(path: &Path) -> bool {
+    lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
+}
+
+/// Polls until the domain is entirely gone: no containers, no mounts, no
+/// control socket, no coordinator holding its lock.
+fn wait_until_gone(d: &Domain) {
+    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+    let owner = rundir().join(format!("lazaret_coord_{}.owner", d.hash));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let gone = d.containers().is_empty()
+            && d.mounts().is_empty()
+            && !socket.exists()
+            && (!owner.exists() || lock_is_free(&owner));
+        if gone {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the domain was not torn down: containers {:?}, mounts {:?}, socket {}",
+            d.containers(),
+            d.mounts(),
+            socket.exists(),
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn start_ui(d: &Domain, cols: u16, rows: u16) -> common::Tmux {
+    let config = d.s.path().join("config.toml");
+    common::Tmux::start(
+        &d.ws(),
+        cols,
+        rows,
+        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+        &format!(
+            "{} --config {} ui --profile {}",
+            common::lazaret_bin().display(),
+            config.display(),
+            d.profile
+        ),
+    )
+}
+
+/// The modal of a request whose justification is `why` (the justification
+/// sits indented under the modal's border; the typed command line, which
+/// also holds `why`, never looks like that).
+fn modal_with(s: &str, why: &str) -> bool {
+    s.contains("Host escalation request") && s.contains(&format!("┃  {why}"))
+}
+
+#[test]
+fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
+    let d = Domain::new("gv");
+    let t = start_ui(&d, 120, 40);
+    // Boot progress shows in the tab, then the shell's prompt.
+    let s = t.wait_for(120, "the sandbox shell", |s| {
+        s.contains("starting the shell") && s.contains("root@")
+    });
+    assert!(s.contains("connecting to gv"), "{s}");
+    // The status line shows the prefix and the domain, under gVisor.
+    assert!(s.contains("C-a"), "{s}");
+    assert!(s.contains(&format!("gv {} · gVisor", d.hash)), "{s}");
+
+    // Typing reaches the shell and its output comes back.
+    t.line("clear; echo T1-$((6*7))");
+    t.wait_for(20, "the shell's output", |s| s.contains("T1-42"));
+
+    // The pane's inner size is the PTY's: 120x40 minus tab bar, status
+    // line and the border.
+    t.line("clear; stty size | sed 's/^/SZ=/'");
+    t.wait_for(20, "stty size", |s| s.contains("SZ=36 118"));
+    t.resize(100, 30);
+    t.line("clear; stty size | sed 's/^/SZ2=/'");
+    t.wait_for(20, "stty size after a resize", |s| s.contains("SZ2=26 98"));
+    t.line("clear");
+
+    // A second tab: a second Client Session of the same domain.
+    t.send(&["C-a", "c"]);
+    t.wait_for(60, "the second tab's shell", |s| {
+        s.contains("starting the shell") && s.contains("root@")
+    });
+    t.line("clear; echo T2-$((7*7))");
+    t.wait_for(20, "the second shell's output", |s| s.contains("T2-49"));
+
+    // Approve with the key: the modal opens over the pane that asked.
+    t.line(&format!(
+        "clear; {ESC} --justify step-approve -- whoami; echo A-EXIT=$?"
+    ));
+    let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-approve"));
+    assert!(s.contains("whoami"), "{s}");
+    // The tab bar carries a badge for the pending request.
+    assert!(s.lines().next().unwrap_or("").contains("2:gv  !1"), "{s}");
+    t.send(&["a"]);
+    let s = t.wait_for(20, "the approved result", |s| s.contains("A-EXIT=0"));
+    let expected = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
+    assert!(s.contains(&expected), "whoami's output: {s}");
+
+    // Deny, with a reason the agent sees.
+    t.line(&format!(
+        "clear; {ESC} --justify step-deny -- whoami; echo D-EXIT=$?"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
+    t.send(&["d"]);
+    t.send(&["-l", "not now"]);
+    t.send(&["Enter"]);
+    let s = t.wait_for(20, "the denial", |s| s.contains("D-EXIT=77"));
+    assert!(s.contains("not now"), "{s}");
+
+    // Edit: the human's command runs instead (and is re-checked).
+    let edited = d.s.path().join("edited-canary");
+    t.line(&format!(
+        "clear; {ESC} --justify step-edit -- whoami; echo E-EXIT=$?"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
+    t.send(&["e"]);
+    t.wait_for(20, "the editor", |s| s.contains("Edit command"));
+    for _ in 0.."whoami".len() {
+        t.send(&["BSpace"]);
+    }
+    t.send(&["-l", &format!("touch {}", edited.display())]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the edited result", |s| s.contains("E-EXIT=0"));
+    assert!(edited.exists(), "the edited command did not run");
+
+    // The shell's own end closes its tab; the first tab is still alive.
+    t.line("exit");
+    t.wait_for(20, "the second tab to close", |s| {
+        !s.lines().next().unwrap_or("").contains("2:gv")
+    });
+    t.line("clear; echo BACK-$((8*8))");
+    t.wait_for(20, "the first shell again", |s| s.contains("BACK-64"));
+
+    // Quit: every session of this UI ends, and with the last the domain.
+    t.send(&["C-a", "q"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while t.alive() {
+        assert!(Instant::now() < deadline, "lazaret ui did not quit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until_gone(&d);
+    let out = d
+        .cmd_raw(common::STANDARD_PATH, &["audit", d.profile, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out).1);
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let decisions: Vec<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, vec!["approved", "denied", "edited"]);
+}
+
+/// The panels, the prefix key's own commands, and a runtime that is not
+/// gVisor shown loudly; Q in the modal aborts the tab, and with the UI's
+/// last session the domain goes.
+#[test]
+fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
+    let d = Domain::new("rc");
+    let t = start_ui(&d, 160, 40);
+    let s = t.wait_for(120, "the sandbox shell", |s| {
+        s.contains("starting the shell") && s.contains("root@")
+    });
+    // Not gVisor: the status line and the pane say so.
+    assert!(s.contains("!! NOT gVisor: runc !!"), "{s}");
+    assert!(s.contains("NOT gVisor: runc "), "{s}");
+
+    // The help overlay lists the bindings; any key closes it.
+    t.send(&["C-a", "?"]);
+    t.wait_for(20, "the help overlay", |s| {
+        s.contains("abort: deny and close this tab")
+    });
+    t.send(&["Escape"]);
+    t.wait_for(20, "the help overlay to close", |s| {
+        !s.contains("abort: deny and close this tab")
+    });
+
+    // The prefix twice sends it to the shell (Ctrl-a: start of line).
+    t.send(&["-l", "echo PFX-$((5*5))"]);
+    t.send(&["C-a", "C-a"]);
+    t.send(&["-l", "clear; "]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the prefix sent through", |s| s.contains("PFX-25"));
+
+    // Rename the tab.
+    t.send(&["C-a", ","]);
+    t.send(&["-l", "agent-one"]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the renamed tab", |s| {
+        s.contains("agent-one") && !s.contains("rename tab:")
+    });
+
+    // An approved request: the queue shows it and, later, its exit code.
+    t.line(&format!(
+        "clear; {ESC} --justify step-queue -- whoami; echo Q-EXIT=$?"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-queue"));
+    t.send(&["a"]);
+    t.wait_for(20, "the approved result", |s| s.contains("Q-EXIT=0"));
+    t.send(&["C-a", "e"]);
+    t.wait_for(20, "the escalation queue", |s| {
+        s.contains("Escalations") && s.contains("agent-one") && s.contains("exit 0")
+    });
+    // The audit trail of the focused tab's domain.
+    t.send(&["C-a", "a"]);
+    t.wait_for(20, "the audit trail", |s| s.contains("escalation-decision"));
+    // Every running domain of this user, with its runtime.
+    t.send(&["C-a", "s"]);
+    let s = t.wait_for(20, "the sessions panel", |s| {
+        s.contains("Sessions") && s.contains(&d.hash[..8])
+    });
+    assert!(s.contains("NOT gVisor"), "{s}");
+    t.send(&["C-a", "s"]);
+
+    // Q aborts: the request is denied and the tab, the UI's only one, closes.
+    t.line(&format!("clear; {ESC} --justify step-abort -- whoami"));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
+    t.send(&["q"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while t.alive() {
+        assert!(Instant::now() < deadline, "lazaret ui did not quit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until_gone(&d);
+    // The human's decisions reached the coordinator, the abort included.
+    let out = d
+        .cmd_raw(common::STANDARD_PATH, &["audit", d.profile, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out).1);
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let decisions: Vec<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, vec!["approved", "aborted"]);
+}
