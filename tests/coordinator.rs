@@ -79,6 +79,22 @@ fn wait_for_socket(d: &Domain) {
     }
 }
 
+/// This domain's entry in `lazaret status --json`.
+fn status_of(d: &Domain) -> serde_json::Value {
+    let status = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let domains: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    domains
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .unwrap_or_else(|| panic!("status lacks the domain: {domains}"))
+        .clone()
+}
+
 fn audit(d: &Domain) -> Vec<AuditRecord> {
     let out = d
         .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
@@ -168,18 +184,7 @@ fn recovers_from_a_killed_coordinator() {
     let d = Domain::new("gv");
     let long = spawn(exec(&d, &["sleep", "60"]));
     wait_for_socket(&d);
-    let status = d
-        .cmd_raw(STANDARD_PATH, &["status", "--json"])
-        .output()
-        .unwrap();
-    let domains: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let mine = domains
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["hash"] == d.hash.as_str())
-        .unwrap_or_else(|| panic!("status lacks the domain: {domains}"))
-        .clone();
+    let mine = status_of(&d);
     assert_eq!(mine["runtime"], "runsc");
     assert_eq!(mine["gvisor"], true);
     assert_eq!(mine["sessions"].as_array().unwrap().len(), 1);
@@ -225,19 +230,7 @@ fn sigterm_and_down_tear_down_cleanly() {
     let d = Domain::new("rc");
     let long = spawn(exec(&d, &["sleep", "60"]));
     wait_for_socket(&d);
-    let status = d
-        .cmd_raw(STANDARD_PATH, &["status", "--json"])
-        .output()
-        .unwrap();
-    let domains: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let pid = domains
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["hash"] == d.hash.as_str())
-        .unwrap()["coordinator_pid"]
-        .as_i64()
-        .unwrap() as i32;
+    let pid = status_of(&d)["coordinator_pid"].as_i64().unwrap() as i32;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGTERM,

@@ -61,6 +61,15 @@ fn stop(mut c: Child) {
     let _ = c.wait();
 }
 
+/// The `decision` of every escalation-decision record, in order.
+fn decisions(records: &[serde_json::Value]) -> Vec<&str> {
+    records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect()
+}
+
 fn audit_kinds(d: &Domain) -> Vec<serde_json::Value> {
     let out = d
         .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
@@ -105,11 +114,7 @@ fn auto_approved_commands_run_on_the_host() {
     assert!(out.to_lowercase().contains("lazaret"), "{out}");
     // Every request and decision is in the audit chain.
     let records = audit_kinds(&d);
-    let decisions: Vec<&str> = records
-        .iter()
-        .filter(|r| r["kind"] == "escalation-decision")
-        .filter_map(|r| r["data"]["decision"].as_str())
-        .collect();
+    let decisions = decisions(&records);
     assert_eq!(
         decisions,
         vec!["auto-approved", "auto-approved", "auto-approved", "denied"]
@@ -284,11 +289,7 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
 
     let records = audit_kinds(&d);
-    let decisions: Vec<&str> = records
-        .iter()
-        .filter(|r| r["kind"] == "escalation-decision")
-        .filter_map(|r| r["data"]["decision"].as_str())
-        .collect();
+    let decisions = decisions(&records);
     assert_eq!(
         decisions,
         vec!["approved", "denied", "edited", "approved", "denied"]

@@ -181,6 +181,7 @@ fn isolated_mode(profile: &'static str) {
     let dotgit = ws.join(".git");
     let canary = d.s.path().join("CANARY");
     let before_tree = snapshot(&ws);
+    let index_before = std::fs::read(dotgit.join("index")).unwrap();
     d.up();
     let branch = format!("lazaret/agent-{profile}");
 
@@ -233,6 +234,8 @@ fn isolated_mode(profile: &'static str) {
         wait_for_ref(&d, &branch, &oid, Duration::from_secs(5)).is_some(),
         "the agent's commit did not reach the host"
     );
+    // The host's index is byte-identical (propagation never touches it).
+    assert_eq!(std::fs::read(dotgit.join("index")).unwrap(), index_before);
     let refs = git(&ws, &["for-each-ref", "--format=%(refname)"]);
     assert_eq!(refs, format!("refs/heads/{branch}\nrefs/heads/main\n"));
 

@@ -77,6 +77,15 @@ fn live_policy(profile: &'static str) {
     // The live table names the rule behind each entry.
     let show = net(&d, &["show"]);
     assert!(show.contains("10.0.2.2/32"), "{show}");
+    // --save keeps it in ./lazaret.toml, without dropping the others.
+    net(&d, &["allow", "192.0.2.0/24", "--save"]);
+    let saved = std::fs::read_to_string(d.ws().join("lazaret.toml")).unwrap();
+    let parsed: toml::Table = saved.parse().unwrap();
+    let list = parsed["profiles"][profile]["allow_egress"]
+        .as_array()
+        .unwrap();
+    let list: Vec<&str> = list.iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(list, vec!["10.0.2.2/32", "192.0.2.0/24"], "{saved}");
 
     // The agent cannot change routing, has no raw sockets, and cannot see
     // the sidecar or its channel.

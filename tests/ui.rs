@@ -209,6 +209,18 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.send(&["Enter"]);
     t.wait_for(20, "the prefix sent through", |s| s.contains("PFX-25"));
 
+    // Shift-PageUp scrolls the pane's history; typing goes back down.
+    t.line("clear; seq 1 300 | sed 's/^/L/'");
+    t.wait_for(20, "the output", |s| s.contains("L300"));
+    t.send(&["S-PPage"]);
+    t.wait_for(20, "the history", |s| {
+        s.contains("L250") && !s.contains("L300")
+    });
+    t.line("clear; echo BOTTOM-$((9*9))");
+    t.wait_for(20, "the pane back at the bottom", |s| {
+        s.contains("BOTTOM-81")
+    });
+
     // Rename the tab.
     t.send(&["C-a", ","]);
     t.send(&["-l", "agent-one"]);

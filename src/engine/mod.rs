@@ -34,7 +34,7 @@ pub const LABEL_PROFILE: &str = "lazaret.profile";
 pub const LABEL_WORKSPACE: &str = "lazaret.workspace";
 
 /// How long the sidecar may take to become healthy.
-const SIDECAR_DEADLINE: Duration = Duration::from_secs(15);
+const SIDECAR_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

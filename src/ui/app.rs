@@ -5,7 +5,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use lazaret_widgets::keys::{encode_key, encode_paste};
+use lazaret_widgets::keys::{encode_key, encode_mouse, encode_paste};
 use lazaret_widgets::modal::{ApprovalModal, CommandEditor, EditOutcome};
 use lazaret_widgets::pane::TerminalPane;
 use lazaret_widgets::panels::{
@@ -14,7 +14,9 @@ use lazaret_widgets::panels::{
 };
 use ratatui::Terminal;
 use ratatui::backend::Backend;
-use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent, MouseEventKind,
+};
 use ratatui::layout::{Constraint, Layout, Rect, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, BorderType};
@@ -92,6 +94,8 @@ pub struct App {
     dirty: bool,
     last_poll: Instant,
     size: Size,
+    /// The cursor shape last sent to the terminal.
+    cursor_style: Option<ratatui::crossterm::cursor::SetCursorStyle>,
 }
 
 impl std::fmt::Debug for App {
@@ -152,6 +156,7 @@ impl App {
             quit: false,
             dirty: true,
             last_poll: Instant::now(),
+            cursor_style: None,
             size: Size::new(80, 24),
         }
     }
@@ -327,6 +332,7 @@ impl App {
                 self.size = Size::new(w, h);
                 self.dirty = true;
             }
+            Ev::Input(Event::Mouse(m)) => self.mouse(&m),
             Ev::Input(_) => {}
             Ev::Output(id) => {
                 if let Some(t) = self.tab_mut(id) {
@@ -440,6 +446,34 @@ impl App {
             _ => {}
         }
         self.dirty = true;
+    }
+
+    /// The mouse goes to the child only when it asked for it; otherwise
+    /// the wheel scrolls the pane's history.
+    fn mouse(&mut self, m: &MouseEvent) {
+        let inner = Block::bordered().inner(self.areas(self.size).pane);
+        let Some(tab) = self.tabs.get(self.focus) else {
+            return;
+        };
+        if !tab.prompts.is_empty() || self.help {
+            return;
+        }
+        let modes = tab.state.input_modes();
+        if let Some(bytes) = encode_mouse(m, inner, modes) {
+            tab.write(&bytes);
+            return;
+        }
+        match m.kind {
+            MouseEventKind::ScrollUp => {
+                tab.state.scroll_up(3);
+                self.dirty = true;
+            }
+            MouseEventKind::ScrollDown => {
+                tab.state.scroll_down(3);
+                self.dirty = true;
+            }
+            _ => {}
+        }
     }
 
     fn paste(&mut self, text: &str) {
@@ -708,7 +742,10 @@ impl App {
                     ),
                     b(format!("{p} {p}"), "send the prefix key to the shell"),
                     b(format!("{p} q"), "quit (ends every session of this UI)"),
-                    b("S-PgUp / S-PgDn".into(), "scroll the pane's history"),
+                    b(
+                        "S-PgUp / S-PgDn, wheel".into(),
+                        "scroll the pane's history (the wheel goes to programs that ask for the mouse)",
+                    ),
                 ],
             },
             HelpSection {
@@ -810,6 +847,7 @@ impl App {
         let panel = self.panel;
         let audit = &self.audit;
         let tabs = &mut self.tabs;
+        let mut cursor_style = None;
         term.draw(|f| {
             f.render_widget(TabBar::new(&infos, focus), areas.tabs);
             if let Some(tab) = tabs.get_mut(focus) {
@@ -830,6 +868,7 @@ impl App {
                         && let Some(pos) = pane.cursor(areas.pane)
                     {
                         f.set_cursor_position(pos);
+                        cursor_style = Some(pane.cursor_style());
                     }
                     f.render_widget(pane, areas.pane);
                 });
@@ -878,6 +917,13 @@ impl App {
             }
         })?;
         if stdout_sync {
+            // The shape the focused child asked for (DECSCUSR).
+            if let Some(style) = cursor_style
+                && self.cursor_style != Some(style)
+            {
+                let _ = ratatui::crossterm::execute!(std::io::stdout(), style);
+                self.cursor_style = Some(style);
+            }
             let _ = ratatui::crossterm::execute!(
                 std::io::stdout(),
                 ratatui::crossterm::terminal::EndSynchronizedUpdate

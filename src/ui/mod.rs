@@ -50,7 +50,9 @@ fn restore_terminal() {
     let _ = execute!(
         std::io::stdout(),
         event::DisableBracketedPaste,
+        event::DisableMouseCapture,
         terminal::LeaveAlternateScreen,
+        ratatui::crossterm::cursor::SetCursorStyle::DefaultUserShape,
         ratatui::crossterm::cursor::Show
     );
 }
@@ -101,7 +103,8 @@ pub fn run(
     execute!(
         std::io::stdout(),
         terminal::EnterAlternateScreen,
-        event::EnableBracketedPaste
+        event::EnableBracketedPaste,
+        event::EnableMouseCapture
     )?;
     let mut term =
         ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
