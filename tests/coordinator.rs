@@ -55,6 +55,7 @@ fn wait_until_gone(d: &Domain) {
         let gone = d.containers().is_empty()
             && d.mounts().is_empty()
             && !socket(d).exists()
+            && !rundir().join(format!("certs_{}", d.hash)).exists()
             && (!owner_lock(d).exists() || lock_is_free(&owner_lock(d)));
         if gone {
             return;

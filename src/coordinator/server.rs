@@ -362,6 +362,8 @@ async fn serve(
             .escalation_dir(&shared.engine.socket_dir)
             .join("escalate.sock"),
     );
+    // The Trust Anchor's client material dies with the domain.
+    let _ = std::fs::remove_dir_all(shared.resolved.domain.certs_dir(&shared.engine.rundir));
     match down {
         Ok(Ok(())) => log("domain down"),
         Ok(Err(e)) => log(&format!("teardown incomplete: {e}")),
