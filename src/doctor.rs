@@ -391,8 +391,20 @@ fn user_check() -> Check {
 
 fn rundir_check(env: &dyn HostEnv) -> Check {
     let path = RuntimeDir::locate(env);
+    let on_tmpfs = || {
+        nix::sys::statfs::statfs(&path)
+            .is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+    };
     let outcome = match RuntimeDir::ensure(&path) {
-        Ok(_) => Outcome::Pass(format!("{} (0700, yours)", path.display())),
+        // Trust Anchor keys live here: memory only (decisions.md D4).
+        Ok(_) if !on_tmpfs() => Outcome::Warn {
+            problem: format!(
+                "{} is not on a tmpfs, so the sandbox's client keys would be written to disk",
+                path.display()
+            ),
+            fix: "log in through a systemd session (it sets XDG_RUNTIME_DIR to a tmpfs), or export XDG_RUNTIME_DIR=/run/user/$(id -u)".into(),
+        },
+        Ok(_) => Outcome::Pass(format!("{} (0700, yours, tmpfs)", path.display())),
         Err(e) => fail(e.to_string(), "follow the advice above"),
     };
     Check::new("runtime folder", true, outcome)

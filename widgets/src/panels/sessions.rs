@@ -74,6 +74,11 @@ impl Widget for SessionsPanel<'_> {
             .max()
             .unwrap_or(0)
             .max(7);
+        // In a narrow panel the runtime label is cut before the session
+        // count and uptime disappear (its colour still says "not gVisor").
+        let others = 12 + 12 + 10 + 8 + 6 + usize::from(SPACING) * 5;
+        let runtime_width =
+            runtime_width.min(usize::from(inner.width).saturating_sub(others).max(7));
         let fixed = [12, 12, runtime_width, 8, 6];
         let fixed_total: usize = fixed.iter().sum::<usize>() + usize::from(SPACING) * fixed.len();
         let workspace_width = usize::from(inner.width).saturating_sub(fixed_total).max(10);
@@ -112,8 +117,10 @@ impl Widget for SessionsPanel<'_> {
                 Cell::from(shown(&r.profile)),
                 Cell::from(keep_end(&shown(&r.workspace), workspace_width)),
                 Cell::from(runtime),
-                Cell::from(format!("{:>8}", r.sessions)),
-                Cell::from(format!("{:>6}", format_duration(r.uptime))),
+                // Right-aligned, not padded: a squeezed column still shows
+                // the number rather than the padding.
+                Cell::from(Line::from(r.sessions.to_string()).right_aligned()),
+                Cell::from(Line::from(format_duration(r.uptime)).right_aligned()),
             ])
         });
         let table = Table::new(rows, widths)
