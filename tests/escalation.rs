@@ -71,12 +71,7 @@ fn decisions(records: &[serde_json::Value]) -> Vec<&str> {
 }
 
 fn audit_kinds(d: &Domain) -> Vec<serde_json::Value> {
-    let out = d
-        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out).1);
-    serde_json::from_slice(&out.stdout).unwrap()
+    d.audit_json()
 }
 
 #[test]
@@ -392,6 +387,15 @@ impl HostClient {
         req
     }
 
+    /// Signs `r` again after a field was changed, with a delegation from
+    /// `key` expiring `expires_in` seconds from now.
+    fn resign(&self, r: &mut Request, key: &SessionKey, expires_in: i64) {
+        r.delegation.clear();
+        r.signature.clear();
+        let expires = signing::unix_now().saturating_add_signed(expires_in);
+        key.delegate(&self.session_id, expires).unwrap().sign(r);
+    }
+
     fn config(&self) -> Arc<lazaret_escalate::rustls::ClientConfig> {
         trust::load_client_config(&self.certs).unwrap()
     }
@@ -524,47 +528,22 @@ fn crafted_requests_from_the_host_are_refused() {
     cases.push(("unknown session", c.send(&r)));
     let stranger = SessionKey::generate().unwrap();
     let mut r = c.request(&touch("t7"));
-    r.delegation.clear();
-    r.signature.clear();
-    stranger
-        .delegate(&c.session_id, signing::unix_now() + 600)
-        .unwrap()
-        .sign(&mut r);
+    c.resign(&mut r, &stranger, 600);
     cases.push(("delegation by an unregistered key", c.send(&r)));
     let mut r = c.request(&touch("t8"));
     r.timestamp -= 3600;
-    r.delegation.clear();
-    r.signature.clear();
-    c.key
-        .delegate(&c.session_id, signing::unix_now() + 600)
-        .unwrap()
-        .sign(&mut r);
+    c.resign(&mut r, &c.key, 600);
     cases.push(("stale timestamp", c.send(&r)));
     let mut r = c.request(&touch("t9"));
     r.timestamp += 3600;
-    r.delegation.clear();
-    r.signature.clear();
-    c.key
-        .delegate(&c.session_id, signing::unix_now() + 600)
-        .unwrap()
-        .sign(&mut r);
+    c.resign(&mut r, &c.key, 600);
     cases.push(("future timestamp", c.send(&r)));
     let mut r = c.request(&touch("t10"));
-    r.delegation.clear();
-    r.signature.clear();
-    c.key
-        .delegate(&c.session_id, signing::unix_now() - 10)
-        .unwrap()
-        .sign(&mut r);
+    c.resign(&mut r, &c.key, -10);
     cases.push(("expired delegation", c.send(&r)));
     let mut r = c.request(&touch("t11"));
     r.profile = "otherprofile".into();
-    r.delegation.clear();
-    r.signature.clear();
-    c.key
-        .delegate(&c.session_id, signing::unix_now() + 600)
-        .unwrap()
-        .sign(&mut r);
+    c.resign(&mut r, &c.key, 600);
     cases.push(("another profile", c.send(&r)));
     for (name, cwd) in [
         ("cwd outside /workspace", "/etc"),
@@ -572,12 +551,7 @@ fn crafted_requests_from_the_host_are_refused() {
     ] {
         let mut r = c.request(&touch("t12"));
         r.cwd = cwd.into();
-        r.delegation.clear();
-        r.signature.clear();
-        c.key
-            .delegate(&c.session_id, signing::unix_now() + 600)
-            .unwrap()
-            .sign(&mut r);
+        c.resign(&mut r, &c.key, 600);
         cases.push((name, c.send(&r)));
     }
     // Replay: the positive control's exact request again.

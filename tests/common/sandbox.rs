@@ -169,6 +169,16 @@ workspace_mode = "direct"
             .collect()
     }
 
+    /// `lazaret audit --json` of this domain.
+    pub fn audit_json(&self) -> Vec<serde_json::Value> {
+        let out = self
+            .cmd_raw(STANDARD_PATH, &["audit", self.profile, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out).1);
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     /// The host workspace folder.
     pub fn ws(&self) -> PathBuf {
         self.s.path().join("ws")
