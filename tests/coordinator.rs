@@ -518,10 +518,6 @@ fn shell_is_interactive_and_follows_resizes() {
     t.line("clear; stty size");
     t.wait_for(20, "the new size", |s| s.contains("40 120"));
     t.line("exit");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while t.alive() {
-        assert!(Instant::now() < deadline, "lazaret shell did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    t.wait_exit(30, "lazaret shell");
     wait_until_gone(&d);
 }

@@ -158,23 +158,9 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
 
     // Quit: every session of this UI ends, and with the last the domain.
     t.send(&["C-a", "q"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while t.alive() {
-        assert!(Instant::now() < deadline, "lazaret ui did not quit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    t.wait_exit(30, "lazaret ui");
     wait_until_gone(&d);
-    let out = d
-        .cmd_raw(common::STANDARD_PATH, &["audit", d.profile, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", common::text(&out).1);
-    let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    let decisions: Vec<&str> = records
-        .iter()
-        .filter(|r| r["kind"] == "escalation-decision")
-        .filter_map(|r| r["data"]["decision"].as_str())
-        .collect();
+    let decisions = decisions(&d);
     assert_eq!(decisions, vec!["approved", "denied", "edited"]);
 }
 
@@ -255,23 +241,18 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.line(&format!("clear; {ESC} --justify step-abort -- whoami"));
     t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
     t.send(&["q"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while t.alive() {
-        assert!(Instant::now() < deadline, "lazaret ui did not quit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    t.wait_exit(30, "lazaret ui");
     wait_until_gone(&d);
     // The human's decisions reached the coordinator, the abort included.
-    let out = d
-        .cmd_raw(common::STANDARD_PATH, &["audit", d.profile, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", common::text(&out).1);
-    let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    let decisions: Vec<&str> = records
+    let decisions = decisions(&d);
+    assert_eq!(decisions, vec!["approved", "aborted"]);
+}
+
+/// The `decision` of every escalation-decision record of the domain, in order.
+fn decisions(d: &Domain) -> Vec<String> {
+    d.audit_json()
         .iter()
         .filter(|r| r["kind"] == "escalation-decision")
-        .filter_map(|r| r["data"]["decision"].as_str())
-        .collect();
-    assert_eq!(decisions, vec!["approved", "aborted"]);
+        .filter_map(|r| r["data"]["decision"].as_str().map(str::to_string))
+        .collect()
 }

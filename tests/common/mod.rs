@@ -352,6 +352,15 @@ impl Tmux {
         assert!(out.status.success(), "resize: {}", text(&out).1);
     }
 
+    /// Waits (up to `secs`) for the session's program to exit.
+    pub fn wait_exit(&self, secs: u64, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while self.alive() {
+            assert!(std::time::Instant::now() < deadline, "{what} did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// `true` while the session's program still runs.
     pub fn alive(&self) -> bool {
         self.cmd(&["has-session", "-t", "0"])
