@@ -156,3 +156,37 @@ pub fn apply(podman: &Podman, sidecar: &str, policy: &Policy) -> Result<TableRep
     report.explain(policy);
     Ok(report)
 }
+
+/// The policy a domain runs under: its live policy (after earlier
+/// `allow`/`deny` edits), else the configured one.
+pub fn effective_spec(domain_root: &Path, configured: &PolicySpec) -> PolicySpec {
+    load_live(domain_root).unwrap_or_else(|| configured.clone())
+}
+
+/// Allows (or denies) egress to `net` in a running domain, at once: the
+/// live policy gets the rule (replacing an earlier live rule for the same
+/// network), the sidecar applies it and proves it in force, and only then
+/// is the live policy kept for later commands and restarts of the UI.
+pub fn change(
+    podman: &Podman,
+    sidecar: &str,
+    domain_root: &Path,
+    configured: &PolicySpec,
+    net: IpNet,
+    allow: bool,
+    origin: &str,
+) -> Result<(PolicySpec, TableReport), NetError> {
+    let mut spec = effective_spec(domain_root, configured);
+    let rule = SpecRule::with_origin(net, origin);
+    spec.allow_egress.retain(|r| r.net != net);
+    spec.default_deny.retain(|r| r.net != net);
+    if allow {
+        spec.allow_egress.push(rule);
+    } else {
+        spec.default_deny.push(rule);
+    }
+    let policy = policy(spec.clone())?;
+    let report = apply(podman, sidecar, &policy)?;
+    save_live(domain_root, &spec)?;
+    Ok((spec, report))
+}

@@ -475,6 +475,41 @@ fn cases() -> Vec<Case> {
             security_at(&["`bash` can run arbitrary"], "auto_approve"),
         ),
         case(
+            "auto-approve rg (--pre runs programs)",
+            header_with(
+                "enabled = true",
+                "enabled = true\nauto_approve = [\"rg -n\"]",
+            ),
+            security_at(&["`rg` can run arbitrary", "rg --pre"], "auto_approve"),
+        ),
+        case(
+            "auto-approve a confinement escape",
+            header_with(
+                "enabled = true",
+                "enabled = true\nauto_approve = [\"ls\", \"unshare -r\"]",
+            ),
+            security_at(&["`unshare` can run arbitrary"], "auto_approve"),
+        ),
+        case(
+            "auto-approve a banned program by path",
+            header_with(
+                "enabled = true",
+                "enabled = true\nauto_approve = [\"/usr/bin/rg\"]",
+            ),
+            security_at(&["`/usr/bin/rg` is a path"], "auto_approve"),
+        ),
+        case(
+            "auto-approve with a non-ASCII space",
+            header_with(
+                "enabled = true",
+                "enabled = true\nauto_approve = [\"ls\\u00a0-la\"]",
+            ),
+            security_at(
+                &["contains shell metacharacters or control characters"],
+                "auto_approve",
+            ),
+        ),
+        case(
             "auto-approve a path",
             header_with(
                 "enabled = true",

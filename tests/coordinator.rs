@@ -482,26 +482,36 @@ fn version_1_fixture_is_what_the_v1_writer_makes() {
 }
 
 /// `lazaret shell` in a real terminal (tmux): an interactive shell in the
-/// sandbox, sized like the terminal, following a resize; leaving it tears
-/// the domain down.
+/// sandbox, in Lazaret's pane (the terminal less the status line),
+/// following a resize; its exit code is lazaret's, and leaving it tears the
+/// domain down.
 #[test]
 fn shell_is_interactive_and_follows_resizes() {
     let d = Domain::new("gv");
     let config = d.s.path().join("config.toml");
     let bin = common::lazaret_bin();
+    let rc = d.s.path().join("shell-rc");
     let t = common::Tmux::start(
         &d.ws(),
         100,
         30,
         &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-        &format!("{} --config {} shell gv", bin.display(), config.display()),
+        &format!(
+            "sh -c {}",
+            common::shell_quote(&format!(
+                "{} --config {} shell gv; echo $? > {}",
+                bin.display(),
+                config.display(),
+                rc.display()
+            ))
+        ),
     );
     t.wait_for(60, "the sandbox shell prompt", |s| {
         s.contains("root@") || s.contains("# ")
     });
     t.line("echo SID=$LAZARET_SESSION_ID; stty size; uname -r");
     let s = t.wait_for(20, "the command output", |s| {
-        s.contains("SID=") && s.contains("30 100")
+        s.contains("SID=") && s.contains("29 100")
     });
     let sid = s
         .lines()
@@ -516,8 +526,9 @@ fn shell_is_interactive_and_follows_resizes() {
     );
     t.resize(120, 40);
     t.line("clear; stty size");
-    t.wait_for(20, "the new size", |s| s.contains("40 120"));
-    t.line("exit");
+    t.wait_for(20, "the new size", |s| s.contains("39 120"));
+    t.line("exit 7");
     t.wait_exit(30, "lazaret shell");
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "7");
     wait_until_gone(&d);
 }

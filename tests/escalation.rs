@@ -205,8 +205,16 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     stop(h);
 }
 
-/// A real human in a real terminal: approve, deny with a reason, edit, and
-/// a shell command approved by hand.
+/// The approval modal of `lazaret shell` whose justification is `why` (it
+/// sits indented under the modal's border; the typed command line, which
+/// also holds `why`, never looks like that).
+fn modal_with(s: &str, why: &str) -> bool {
+    s.contains("Host escalation request") && s.contains(&format!("┃  {why}"))
+}
+
+/// A real human in a real terminal: `lazaret shell` runs in Lazaret's own
+/// pane, and a request opens the approval modal over it: approve, deny with
+/// a reason, edit, a shell command approved by hand, and hostile text.
 #[test]
 fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     let d = Domain::new("gv");
@@ -222,28 +230,29 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
             config.display()
         ),
     );
-    t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
-    let asked = "the agent asks to run a command on the host";
+    let s = t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
+    // One pane, no tab bar; the status line names the domain and runtime.
+    assert!(s.contains(&format!("gv {} · gVisor", d.hash)), "{s}");
 
     // Approve.
     t.line(&format!(
         "clear; {ESC} --justify 'who am I on the host' -- whoami; echo EXIT=$?"
     ));
-    let s = t.wait_for(20, "the prompt", |s| s.contains(asked));
-    assert!(
-        s.contains("who am I on the host") && s.contains("whoami"),
-        "{s}"
-    );
-    assert!(s.contains("directly (execve), no shell"), "{s}");
+    let s = t.wait_for(20, "the modal", |s| modal_with(s, "who am I on the host"));
+    assert!(s.contains("  whoami"), "{s}");
+    assert!(s.contains("no: runs as an argument list"), "{s}");
+    // Nothing typed reaches the shell while the modal is open.
+    t.send(&["-l", "x"]);
     t.send(&["a"]);
-    t.wait_for(20, "the approved result", |s| s.contains("EXIT=0"));
+    let s = t.wait_for(20, "the approved result", |s| s.contains("EXIT=0"));
+    assert!(!s.contains("xEXIT"), "{s}");
 
     // Deny, with a reason the agent sees. (Each step's justification is
-    // unique, so a previous prompt still on screen is never mistaken.)
+    // unique, so a previous modal still on screen is never mistaken.)
     t.line(&format!(
         "clear; {ESC} --justify step-deny -- whoami; echo EXIT=$?"
     ));
-    t.wait_for(20, "the prompt", |s| s.contains("why       step-deny"));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
     t.send(&["d"]);
     t.send(&["-l", "not now"]);
     t.send(&["Enter"]);
@@ -255,9 +264,12 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.line(&format!(
         "clear; {ESC} --justify step-edit -- whoami; echo EXIT=$?"
     ));
-    t.wait_for(20, "the prompt", |s| s.contains("why       step-edit"));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
     t.send(&["e"]);
-    t.send(&["C-u"]);
+    t.wait_for(20, "the editor", |s| s.contains("Edit command"));
+    for _ in 0.."whoami".len() {
+        t.send(&["BSpace"]);
+    }
     t.send(&["-l", &format!("touch {}", edited.display())]);
     t.send(&["Enter"]);
     t.wait_for(20, "the edited result", |s| s.contains("EXIT=0"));
@@ -267,18 +279,17 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.line(&format!(
         "clear; {ESC} --justify step-shell 'echo one && echo two'; echo EXIT=$?"
     ));
-    let s = t.wait_for(20, "the prompt", |s| s.contains("why       step-shell"));
-    assert!(s.contains("through the host shell"), "{s}");
+    let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-shell"));
+    assert!(s.contains("YES: runs through a shell"), "{s}");
     t.send(&["a"]);
     let s = t.wait_for(20, "the shell result", |s| s.contains("EXIT=0"));
     assert!(s.contains("one") && s.contains("two"), "{s}");
 
-    // Hostile text is shown visibly in the prompt.
+    // Hostile text is shown visibly in the modal, never interpreted.
     t.line(&format!(
         "clear; {ESC} --justify \"$(printf 'ok\\033[2Jhidden')\" -- whoami; echo EXIT=$?"
     ));
-    let s = t.wait_for(20, "the prompt", |s| s.contains("why       ok␛[2Jhidden"));
-    assert!(s.contains("ok␛[2Jhidden"), "{s}");
+    t.wait_for(20, "the modal", |s| modal_with(s, "ok␛[2Jhidden"));
     t.send(&["d"]);
     t.send(&["Enter"]);
     t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
@@ -294,7 +305,9 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
         .find(|r| r["kind"] == "escalation-decision" && r["data"]["decision"] == "edited")
         .unwrap();
     assert_eq!(edit["data"]["argv"][0], "touch");
-    t.line("exit");
+    // The shell's exit code is `lazaret shell`'s.
+    t.line("exit 7");
+    t.wait_exit(30, "lazaret shell");
 }
 
 // ---------------------------------------------------------------------------

@@ -97,8 +97,21 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     t.wait_for(20, "stty size after a resize", |s| s.contains("SZ2=26 98"));
     t.line("clear");
 
-    // A second tab: a second Client Session of the same domain.
+    // A second tab: the dialog picks profile and workspace, starting from
+    // the focused tab's; a workspace that is no folder is refused in place.
     t.send(&["C-a", "c"]);
+    let s = t.wait_for(20, "the new-tab dialog", |s| {
+        s.contains("New tab") && s.contains("Enter open")
+    });
+    assert!(s.contains("› gv"), "{s}");
+    t.send(&["Tab"]);
+    t.send(&["-l", "/nope"]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the refusal", |s| s.contains("is not a directory"));
+    for _ in 0.."/nope".len() {
+        t.send(&["BSpace"]);
+    }
+    t.send(&["Enter"]);
     t.wait_for(60, "the second tab's shell", |s| {
         s.contains("starting the shell") && s.contains("root@")
     });
@@ -222,10 +235,46 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.wait_for(20, "the modal", |s| modal_with(s, "step-queue"));
     t.send(&["a"]);
     t.wait_for(20, "the approved result", |s| s.contains("Q-EXIT=0"));
+    // The queue shows the result the coordinator sent back: exit code and
+    // output.
+    let user = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
     t.send(&["C-a", "e"]);
     t.wait_for(20, "the escalation queue", |s| {
-        s.contains("Escalations") && s.contains("agent-one") && s.contains("exit 0")
+        // The output sits under the table, right of the pane's border
+        // (where the shell's own `whoami` output cannot be).
+        s.contains("Escalations")
+            && s.contains("agent-one")
+            && s.contains("· exit 0")
+            && s.contains(&format!("││{user}"))
     });
+    // The network panel: the live table with the rule behind each route;
+    // an allow applies at once, in the sidecar's kernel table.
+    t.send(&["C-a", "w"]);
+    t.wait_for(30, "the network panel", |s| {
+        s.contains("Network policy") && s.contains("floor")
+    });
+    t.send(&["C-a", "+"]);
+    t.send(&["-l", "10.0.2.3"]);
+    t.send(&["Enter"]);
+    t.wait_for(30, "the allowed route", |s| {
+        s.contains("allowed 10.0.2.3/32: in force") && s.contains("lazaret ui allow")
+    });
+    let out = d.lazaret(&["net", "show"]);
+    let (shown, err) = common::text(&out);
+    assert!(out.status.success(), "lazaret net show: {shown}{err}");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains("allow") && l.contains("10.0.2.3/32")),
+        "the sidecar's table lacks the allowed route:\n{shown}"
+    );
+    t.send(&["C-a", "-"]);
+    t.send(&["-l", "not-a-net"]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the refused edit", |s| s.contains("not a network"));
     // The audit trail of the focused tab's domain.
     t.send(&["C-a", "a"]);
     t.wait_for(20, "the audit trail", |s| s.contains("escalation-decision"));

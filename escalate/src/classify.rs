@@ -163,7 +163,8 @@ pub fn first_forcing(s: &str) -> Option<(usize, char, CharClass)> {
         .find_map(|(i, c)| forcing_class(c).map(|k| (i, c, k)))
 }
 
-/// `s` contains a character that forces a human.
+/// `s` contains a character that forces a human. The configuration
+/// refuses `auto_approve` entries with this same test.
 pub fn has_forcing_characters(s: &str) -> bool {
     first_forcing(s).is_some()
 }

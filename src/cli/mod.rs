@@ -58,12 +58,19 @@ enum Command {
     /// Open an interactive shell in the sandbox of PROFILE for the current
     /// folder, starting the domain if needed. The domain stays up while any
     /// session is attached and is torn down when the last one leaves.
+    ///
+    /// On a terminal it runs in Lazaret's own terminal pane, so requests
+    /// for the host open the approval modal over it; press the prefix key
+    /// then `?` for the bindings.
     Shell {
         /// Profile (default: `default_profile`, or the only profile).
         profile: Option<String>,
         /// Workspace folder (default: the current folder).
         #[arg(long, short)]
         workspace: Option<PathBuf>,
+        /// Lazaret's prefix key, e.g. `C-a` (default) or `C-b`.
+        #[arg(long, default_value = "C-a")]
+        prefix: String,
     },
     /// The full-screen workbench: tabbed sandbox shells (one Client
     /// Session each), the approval modal and side panels. Press the prefix
@@ -257,14 +264,23 @@ pub fn run() -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Shell { profile, workspace } => {
-            session::shell(&cli.config, &env, profile.as_deref(), workspace.as_deref())
-        }
+        Command::Shell {
+            profile,
+            workspace,
+            prefix,
+        } => session::shell(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            &prefix,
+        ),
         Command::Ui {
             profile,
             workspace,
             prefix,
         } => crate::ui::run(
+            crate::ui::Mode::Workbench,
             &cli.config,
             &env,
             profile.as_deref(),
@@ -366,11 +382,11 @@ pub fn run() -> Result<ExitCode> {
     }
 }
 
-fn current_dir() -> Result<PathBuf> {
+pub(crate) fn current_dir() -> Result<PathBuf> {
     std::env::current_dir().context("cannot read the current folder (was it deleted?)")
 }
 
-fn load(explicit: Option<PathBuf>, env: &dyn HostEnv) -> Result<Config> {
+pub(crate) fn load(explicit: Option<PathBuf>, env: &dyn HostEnv) -> Result<Config> {
     let cwd = current_dir()?;
     let opts = LoadOptions::standard(env, &cwd, explicit);
     Ok(Config::load(&opts, env)?)
@@ -473,7 +489,7 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
     let sidecar = resolved.domain.sidecar_name();
     let podman = Podman::default();
     // The live policy (after earlier allow/deny), else the configuration's.
-    let mut spec = net::load_live(&domain_root).unwrap_or_else(|| resolved.network.clone());
+    let spec = net::effective_spec(&domain_root, &resolved.network);
     match cmd {
         NetCommand::Why { addr, .. } => {
             let policy = net::policy(spec)?;
@@ -500,20 +516,18 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
         "lazaret net {} (live)",
         if allow { "allow" } else { "deny" }
     );
-    let rule = lazaret_sidecar::policy::SpecRule::with_origin(net, origin);
-    // Replace any earlier live rule for the same network, then add.
-    spec.allow_egress.retain(|r| r.net != net);
-    spec.default_deny.retain(|r| r.net != net);
-    if allow {
-        spec.allow_egress.push(rule);
-    } else {
-        spec.default_deny.push(rule);
-    }
-    let policy = net::policy(spec.clone())?;
-    let report = net::apply(&podman, &sidecar, &policy).with_context(|| {
+    let (_, report) = net::change(
+        &podman,
+        &sidecar,
+        &domain_root,
+        &resolved.network,
+        net,
+        allow,
+        &origin,
+    )
+    .with_context(|| {
         format!("cannot change the policy of {sidecar}; is the domain up? (lazaret status)")
     })?;
-    net::save_live(&domain_root, &spec)?;
     print!("{report}");
     if save {
         let file = current_dir()?.join("lazaret.toml");

@@ -216,14 +216,41 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
+/// `lazaret shell`: on a terminal, the workbench's pane engine with one
+/// pane; otherwise (stdin or stdout redirected) a plain `podman exec`.
 pub fn shell(
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
     profile: Option<&str>,
     workspace: Option<&Path>,
+    prefix: &str,
 ) -> Result<ExitCode> {
-    let argv = vec!["/bin/bash".to_string(), "-l".to_string()];
-    run_in_sandbox(explicit, env, profile, workspace, &argv, true, "shell")
+    let terminal = nix::unistd::isatty(std::io::stdin()).unwrap_or(false)
+        && nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+    if terminal {
+        return crate::ui::run(
+            crate::ui::Mode::Shell,
+            explicit,
+            env,
+            profile,
+            workspace,
+            prefix,
+        );
+    }
+    run_in_sandbox(
+        explicit,
+        env,
+        profile,
+        workspace,
+        &shell_argv(),
+        true,
+        "shell",
+    )
+}
+
+/// What `lazaret shell` runs in the sandbox.
+pub(crate) fn shell_argv() -> Vec<String> {
+    vec!["/bin/bash".to_string(), "-l".to_string()]
 }
 
 pub fn exec(

@@ -223,18 +223,307 @@ const RESERVED_CONTAINER_PATHS: &[&str] = &["/", "/proc", "/sys", "/dev", "/run/
 /// Files podman writes into every container; never persisted (spec §4.3.4).
 pub const RUNTIME_INJECTED_FILES: &[&str] = &["/etc/resolv.conf", "/etc/hosts", "/etc/hostname"];
 
-/// Programs that may never be auto-approved: they run arbitrary or
-/// workspace-controlled code (decisions.md D5).
-pub const BANNED_AUTO_APPROVE: &[&str] = &[
-    "git", "sh", "bash", "dash", "zsh", "fish", "ksh", "csh", "tcsh", "busybox", "python",
-    "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "tclsh", "env",
-    "xargs", "find", "sudo", "su", "doas", "pkexec", "ssh", "scp", "rsync", "make", "cmake",
-    "ninja", "npm", "npx", "pnpm", "yarn", "cargo", "rustc", "go", "pip", "pip3", "pipx", "uv",
-    "poetry", "gradle", "gradlew", "mvn", "bundle", "rake", "gem", "docker", "podman", "kubectl",
-    "timeout", "nice", "nohup", "setsid", "stdbuf", "strace", "gdb", "watch", "awk", "gawk", "sed",
-    "vim", "vi", "nvim", "emacs", "less", "more", "man", "tar", "eval", "exec", "source",
-    "lazaret",
+/// Programs that may never be auto-approved (decisions.md D5, spec §5.2.1),
+/// by group, each group with why. A whitelist entry approves every request
+/// that starts with it, whatever follows, so a program that can run another
+/// program, load code, or leave the confinement through some option is as
+/// good as a shell. Names are compared exactly (argv\[0\] must be a bare
+/// name; paths are refused before this list is consulted).
+pub const BANNED_AUTO_APPROVE: &[(&str, &[&str])] = &[
+    (
+        "git and its helpers run aliases, hooks and config-named programs",
+        &[
+            "git",
+            "git-shell",
+            "git-upload-pack",
+            "git-receive-pack",
+            "git-upload-archive",
+            "gitk",
+            "gh",
+            "tig",
+        ],
+    ),
+    (
+        "shells, multi-call binaries and terminal multiplexers run any command",
+        &[
+            "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "csh", "tcsh", "ash", "yash",
+            "rbash", "elvish", "nu", "xonsh", "pwsh", "busybox", "toybox", "tmux", "screen",
+            "script",
+        ],
+    ),
+    (
+        "shell builtins that run their arguments (some systems ship them as files)",
+        &["eval", "exec", "source", "command"],
+    ),
+    (
+        "interpreters and REPLs run any code",
+        &[
+            "python", "python2", "python3", "pypy", "pypy3", "ipython", "perl", "ruby", "irb",
+            "node", "nodejs", "deno", "bun", "tsx", "ts-node", "php", "lua", "luajit", "tclsh",
+            "wish", "expect", "R", "Rscript", "julia", "java", "jshell", "guile", "racket", "sbcl",
+            "ghci", "runghc", "ocaml", "erl", "escript", "elixir", "iex", "gnuplot",
+        ],
+    ),
+    (
+        "database shells have shell escapes (`.shell`, `\\!`)",
+        &["sqlite3", "psql", "mysql", "mariadb"],
+    ),
+    (
+        "text tools with a command feature: awk system(), GNU sed `e`, dc `!`, \
+         sort --compress-program, split --filter, diff3/sdiff --diff-program",
+        &[
+            "awk", "gawk", "mawk", "nawk", "sed", "gsed", "dc", "sort", "split", "diff3", "sdiff",
+        ],
+    ),
+    (
+        "search and walk tools run programs on what they find: find -exec, xargs, \
+         rg --pre, fd --exec, ack --pager, fzf --preview, parallel, entr, watchexec",
+        &[
+            "find",
+            "xargs",
+            "rg",
+            "fd",
+            "fdfind",
+            "ack",
+            "fzf",
+            "parallel",
+            "entr",
+            "watchexec",
+            "run-parts",
+        ],
+    ),
+    (
+        "wrappers that run the program named in their arguments",
+        &[
+            "env",
+            "time",
+            "timeout",
+            "nice",
+            "ionice",
+            "taskset",
+            "chrt",
+            "nohup",
+            "setsid",
+            "stdbuf",
+            "flock",
+            "prlimit",
+            "setarch",
+            "linux32",
+            "linux64",
+            "numactl",
+            "unbuffer",
+            "rlwrap",
+            "watch",
+            "chronic",
+            "ifne",
+            "pee",
+            "sshpass",
+            "dbus-run-session",
+            "xvfb-run",
+            "ssh-agent",
+            "openvt",
+        ],
+    ),
+    (
+        "they change identity or confinement (privileges, namespaces, root, sandbox)",
+        &[
+            "sudo",
+            "sudoedit",
+            "su",
+            "doas",
+            "pkexec",
+            "run0",
+            "runuser",
+            "sg",
+            "newgrp",
+            "setpriv",
+            "capsh",
+            "chroot",
+            "unshare",
+            "nsenter",
+            "firejail",
+            "bwrap",
+            "proot",
+            "fakeroot",
+            "fakechroot",
+            "runcon",
+            "systemd-nspawn",
+            "machinectl",
+        ],
+    ),
+    (
+        "services and schedulers run commands later, outside the time limit",
+        &["systemd-run", "systemctl", "at", "batch", "crontab"],
+    ),
+    (
+        "container engines run anything, with host mounts",
+        &[
+            "docker",
+            "podman",
+            "buildah",
+            "nerdctl",
+            "kubectl",
+            "runc",
+            "crun",
+            "runsc",
+            "toolbox",
+            "distrobox",
+            "flatpak",
+        ],
+    ),
+    (
+        "Lazaret itself: a sandbox must not drive its own supervisor",
+        &["lazaret"],
+    ),
+    (
+        "remote shells and network tools that run commands: ssh, scp/sftp/rsync -e, \
+         nc -e, socat EXEC, wget --use-askpass, tcpdump -z, nmap --script",
+        &[
+            "ssh", "scp", "sftp", "rsync", "mosh", "nc", "ncat", "netcat", "socat", "wget",
+            "tcpdump", "nmap",
+        ],
+    ),
+    (
+        "build tools, compilers and test runners run workspace build scripts and plugins",
+        &[
+            "make",
+            "gmake",
+            "cmake",
+            "ninja",
+            "meson",
+            "scons",
+            "bazel",
+            "bazelisk",
+            "just",
+            "gradle",
+            "gradlew",
+            "mvn",
+            "ant",
+            "sbt",
+            "rake",
+            "pytest",
+            "tox",
+            "nox",
+            "pre-commit",
+            "dotnet",
+            "rustc",
+            "cc",
+            "gcc",
+            "g++",
+            "c++",
+            "clang",
+            "clang++",
+        ],
+    ),
+    (
+        "package and toolchain managers run install scripts and workspace-named tools",
+        &[
+            "npm",
+            "npx",
+            "pnpm",
+            "yarn",
+            "corepack",
+            "bunx",
+            "pip",
+            "pip3",
+            "pipx",
+            "uv",
+            "uvx",
+            "poetry",
+            "pdm",
+            "hatch",
+            "conda",
+            "mamba",
+            "gem",
+            "bundle",
+            "bundler",
+            "composer",
+            "cpan",
+            "cpanm",
+            "cargo",
+            "rustup",
+            "go",
+            "apt",
+            "apt-get",
+            "dpkg",
+            "rpm",
+            "dnf",
+            "yum",
+            "pacman",
+            "apk",
+            "brew",
+            "nix",
+            "nix-shell",
+            "direnv",
+            "mise",
+            "asdf",
+        ],
+    ),
+    (
+        "editors, pagers and mail/ftp clients have shell escapes",
+        &[
+            "vim",
+            "vi",
+            "nvim",
+            "gvim",
+            "ex",
+            "view",
+            "vimdiff",
+            "rvim",
+            "rview",
+            "nano",
+            "ed",
+            "emacs",
+            "emacsclient",
+            "less",
+            "more",
+            "most",
+            "pg",
+            "man",
+            "pager",
+            "editor",
+            "sensible-editor",
+            "sensible-pager",
+            "mail",
+            "mailx",
+            "ftp",
+        ],
+    ),
+    (
+        "archivers with program options: tar --to-command/--checkpoint-action/-I, \
+         zip -TT, cpio --rsh-command",
+        &["tar", "zip", "cpio"],
+    ),
+    (
+        "debuggers, tracers and loaders start or load the program or library they are given \
+         (ldd may run it, ssh-keygen -D and openssl -engine load a library)",
+        &[
+            "strace",
+            "ltrace",
+            "gdb",
+            "lldb",
+            "valgrind",
+            "perf",
+            "rr",
+            "ldd",
+            "ssh-keygen",
+            "openssl",
+        ],
+    ),
+    (
+        "openers run whatever handler a file names (.desktop files run commands)",
+        &["xdg-open", "gio", "open"],
+    ),
 ];
+
+/// Why `program` may never be auto-approved, if it is on
+/// [`BANNED_AUTO_APPROVE`].
+pub fn banned_auto_approve_reason(program: &str) -> Option<&'static str> {
+    BANNED_AUTO_APPROVE
+        .iter()
+        .find(|(_, names)| names.contains(&program))
+        .map(|(reason, _)| *reason)
+}
 
 impl Config {
     /// Reads the hierarchy of `opts` and validates it.
@@ -906,43 +1195,10 @@ pub fn parse_cidr(raw: &str) -> Result<IpNet, String> {
     Ok(net)
 }
 
-/// Characters that make an auto-approve entry (or request) need a human:
-/// spec §5.2.1 plus NUL, ESC and every other control character (D5).
-pub fn has_shell_metacharacters(s: &str) -> bool {
-    s.chars().any(|c| {
-        matches!(
-            c,
-            ';' | '|'
-                | '&'
-                | '$'
-                | '`'
-                | '>'
-                | '<'
-                | '\\'
-                | '('
-                | ')'
-                | '{'
-                | '}'
-                | '*'
-                | '?'
-                | '['
-                | ']'
-                | '~'
-                | '#'
-                | '!'
-        ) || c.is_control()
-            || is_invisible_format(c)
-    })
-}
-
-/// Bidi controls and zero-width characters: they change what a human sees.
-pub fn is_invisible_format(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-}
-
 /// Checks one `auto_approve` entry (decisions.md D5) and returns its argv.
 fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
-    if has_shell_metacharacters(raw) {
+    // One definition of "forces a human" for entries and requests alike.
+    if lazaret_escalate::classify::has_forcing_characters(raw) {
         return Err(format!(
             "`{}` contains shell metacharacters or control characters; auto-approve entries are plain argument vectors",
             raw.escape_debug()
@@ -958,9 +1214,9 @@ fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
             "`{program}` is a path; auto-approve entries name a bare program, resolved on a fixed trusted PATH"
         ));
     }
-    if BANNED_AUTO_APPROVE.contains(&program.as_str()) {
+    if let Some(reason) = banned_auto_approve_reason(program) {
         return Err(format!(
-            "`{program}` can run arbitrary or workspace-controlled code and may never be auto-approved; remove it (such requests can still be approved by hand)"
+            "`{program}` can run arbitrary or workspace-controlled code ({reason}) and may never be auto-approved; remove it (such requests can still be approved by hand)"
         ));
     }
     Ok(argv)
@@ -993,5 +1249,97 @@ mod tests {
         );
         assert!(check_auto_approve("ls; id").is_err());
         assert!(check_auto_approve("ls\u{202E}").is_err());
+    }
+
+    #[test]
+    fn programs_that_run_programs_are_refused() {
+        for entry in [
+            "rg foo",
+            "fd -e rs",
+            "fdfind x",
+            "parallel",
+            "flock /tmp/l",
+            "script -q",
+            "systemd-run --user",
+            "unshare -r",
+            "nsenter -t 1",
+            "chroot /",
+            "setpriv",
+            "bwrap",
+            "awk",
+            "sort",
+            "zip",
+            "ldd",
+        ] {
+            let err = check_auto_approve(entry).unwrap_err();
+            assert!(err.contains("never be auto-approved"), "{entry}: {err}");
+        }
+        // The reason names what makes the program dangerous.
+        assert!(check_auto_approve("rg").unwrap_err().contains("rg --pre"));
+        // By path, they are refused as paths (before the list is consulted).
+        for entry in ["/usr/bin/rg", "/bin/unshare -r", "./fd"] {
+            let err = check_auto_approve(entry).unwrap_err();
+            assert!(err.contains("is a path"), "{entry}: {err}");
+        }
+        // Names are compared exactly: `rgb` or `fdisk`-like names are not rg/fd.
+        assert!(check_auto_approve("rgb").is_ok());
+        assert!(check_auto_approve("fdupes").is_ok());
+    }
+
+    #[test]
+    fn banned_list_keeps_earlier_entries_and_is_well_formed() {
+        // Everything banned before the list was grouped is still banned.
+        for name in [
+            "git", "sh", "bash", "dash", "zsh", "fish", "ksh", "csh", "tcsh", "busybox", "python",
+            "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "tclsh",
+            "env", "xargs", "find", "sudo", "su", "doas", "pkexec", "ssh", "scp", "rsync", "make",
+            "cmake", "ninja", "npm", "npx", "pnpm", "yarn", "cargo", "rustc", "go", "pip", "pip3",
+            "pipx", "uv", "poetry", "gradle", "gradlew", "mvn", "bundle", "rake", "gem", "docker",
+            "podman", "kubectl", "timeout", "nice", "nohup", "setsid", "stdbuf", "strace", "gdb",
+            "watch", "awk", "gawk", "sed", "vim", "vi", "nvim", "emacs", "less", "more", "man",
+            "tar", "eval", "exec", "source", "lazaret",
+        ] {
+            assert!(banned_auto_approve_reason(name).is_some(), "{name}");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (reason, names) in BANNED_AUTO_APPROVE {
+            assert!(!reason.is_empty() && !names.is_empty());
+            for name in *names {
+                assert!(seen.insert(*name), "{name} is listed twice");
+                // Each name is something an entry could actually be.
+                assert_eq!(check_auto_approve(name).ok(), None, "{name}");
+                assert!(!name.contains('/') && !name.contains(char::is_whitespace));
+            }
+        }
+    }
+
+    #[test]
+    fn entry_characters_follow_the_request_classifier() {
+        // Config uses the escalate crate's definition, so everything that
+        // forces a human on a request is refused in an entry too.
+        for entry in [
+            "ls\u{00A0}-la",
+            "ls\u{2028}",
+            "ls\u{FE0F}",
+            "ls\u{E000}",
+            "ls\u{7F}",
+            "ls\u{9B}",
+            "ls\n-la",
+            "ls *",
+            "ls ~",
+            "ls #x",
+        ] {
+            assert!(
+                lazaret_escalate::classify::has_forcing_characters(entry),
+                "{entry:?}"
+            );
+            assert!(
+                check_auto_approve(entry)
+                    .unwrap_err()
+                    .contains("shell metacharacters or control characters"),
+                "{entry:?}"
+            );
+        }
+        assert!(check_auto_approve("ls 'a b' \"c\"").is_ok());
     }
 }

@@ -66,6 +66,57 @@ pub struct Prompt {
     pub reason: String,
 }
 
+/// Bytes of output an [`Outcome`] carries back to the human's queue: a
+/// preview; the agent gets the whole output.
+pub const OUTCOME_PREVIEW: usize = 4096;
+
+/// What became of a request its human approved, for that human's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub request_id: String,
+    /// `None` when the command could not run (`error` says why).
+    pub exit_code: Option<i32>,
+    /// The head of stdout, then of stderr, at most [`OUTCOME_PREVIEW`] bytes.
+    pub output: String,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn of(request_id: &str, resp: &Response) -> Outcome {
+        let mut output = resp.stdout.clone();
+        if !resp.stderr.is_empty() {
+            if !output.is_empty() && !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&resp.stderr);
+        }
+        if output.len() > OUTCOME_PREVIEW {
+            let mut cut = OUTCOME_PREVIEW;
+            while !output.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            output.truncate(cut);
+            output.push('…');
+        }
+        Outcome {
+            request_id: request_id.to_string(),
+            exit_code: resp.exit_code,
+            output,
+            error: match resp.status {
+                protocol::Status::Approved => None,
+                _ => Some(resp.stderr.clone()),
+            },
+        }
+    }
+}
+
+/// What the coordinator sends to a session's human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToHuman {
+    Prompt(Prompt),
+    Outcome(Outcome),
+}
+
 /// The human's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
@@ -89,6 +140,8 @@ pub trait SessionDirectory: Send + Sync {
     /// Sends `prompt` to the session's terminal; `None` when that session
     /// is gone or has nobody to ask.
     fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>>;
+    /// Tells the session's human what became of a request they approved.
+    fn tell(&self, session_id: &str, outcome: Outcome);
 }
 
 /// The Escalation Socket of one domain.
@@ -349,7 +402,7 @@ impl EscalationServer {
                 let verdict = answer.await.unwrap_or(Verdict::Deny {
                     reason: Some("the session ended before a decision".into()),
                 });
-                match verdict {
+                let response = match verdict {
                     Verdict::Approve => {
                         self.decided(&id, "approved", &req.command, None);
                         match exec_for(&req.command, via_shell, argv) {
@@ -376,7 +429,7 @@ impl EscalationServer {
                             .filter(|r| !r.trim().is_empty())
                             .unwrap_or_else(|| "denied by the human".into());
                         self.decided(&id, "denied", &req.command, Some(&reason));
-                        Response::denied(&id, reason)
+                        return Response::denied(&id, reason);
                     }
                     Verdict::Abort => {
                         self.decided(
@@ -385,9 +438,11 @@ impl EscalationServer {
                             &req.command,
                             Some("the human aborted the session"),
                         );
-                        Response::denied(&id, "the human aborted the session")
+                        return Response::denied(&id, "the human aborted the session");
                     }
-                }
+                };
+                sessions.tell(&req.session_id, Outcome::of(&id, &response));
+                response
             }
         }
     }

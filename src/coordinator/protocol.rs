@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -73,6 +73,10 @@ pub enum CoordMsg {
     /// An escalation request of this session needs its human.
     Prompt {
         prompt: crate::coordinator::escalation::Prompt,
+    },
+    /// What became of a request this session's human approved.
+    Outcome {
+        outcome: crate::coordinator::escalation::Outcome,
     },
 }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use super::escalation::{EscalationServer, ExecLimits, Prompt, SessionDirectory, Setup, Verdict};
+use super::escalation::{
+    EscalationServer, ExecLimits, Outcome, Prompt, SessionDirectory, Setup, ToHuman, Verdict,
+};
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
     write_frame,
@@ -53,8 +55,9 @@ struct Shared {
 struct LiveSession {
     info: SessionInfo,
     key: Option<VerifyingKey>,
-    /// Where prompts for its human go; `None` when it has no terminal.
-    prompts: Option<mpsc::UnboundedSender<Prompt>>,
+    /// Where prompts and outcomes for its human go; `None` when it has no
+    /// terminal.
+    human: Option<mpsc::UnboundedSender<ToHuman>>,
 }
 
 /// The coordinator's sessions, as the Escalation Socket sees them.
@@ -75,7 +78,7 @@ impl SessionDirectory for Directory {
             sessions
                 .values()
                 .find(|s| s.info.session_id == prompt.session_id)?
-                .prompts
+                .human
                 .clone()?
         };
         let (answer_tx, answer_rx) = oneshot::channel();
@@ -84,8 +87,19 @@ impl SessionDirectory for Directory {
             .lock()
             .expect("lock")
             .insert(prompt.request_id.clone(), answer_tx);
-        tx.send(prompt).ok()?;
+        tx.send(ToHuman::Prompt(prompt)).ok()?;
         Some(answer_rx)
+    }
+
+    fn tell(&self, session_id: &str, outcome: Outcome) {
+        let sessions = self.0.sessions.lock().expect("lock");
+        if let Some(tx) = sessions
+            .values()
+            .find(|s| s.info.session_id == session_id)
+            .and_then(|s| s.human.as_ref())
+        {
+            let _ = tx.send(ToHuman::Outcome(outcome));
+        }
     }
 }
 
@@ -448,7 +462,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
         let _ = write_frame(&mut stream, &CoordMsg::ShuttingDown).await;
         return;
     }
-    let mut prompt_rx: Option<mpsc::UnboundedReceiver<Prompt>> = None;
+    let mut human_rx: Option<mpsc::UnboundedReceiver<ToHuman>> = None;
     // A holding session counts from now: the domain stays up while it waits.
     let holder = session_id.as_ref().map(|id| SessionInfo {
         session_id: id.clone(),
@@ -474,9 +488,9 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
             }
             None => None,
         };
-        let prompts = if interactive {
+        let human = if interactive {
             let (tx, rx) = mpsc::unbounded_channel();
-            prompt_rx = Some(rx);
+            human_rx = Some(rx);
             Some(tx)
         } else {
             None
@@ -486,7 +500,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
             LiveSession {
                 info: info.clone(),
                 key,
-                prompts,
+                human,
             },
         );
         let store = shared.store.clone();
@@ -497,7 +511,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
             .audit("session-start", serde_json::json!({ "session_id": info.session_id, "pid": pid, "purpose": purpose }))
             .await;
     }
-    let result = serve_session(&shared, &mut stream, prompt_rx).await;
+    let result = serve_session(&shared, &mut stream, human_rx).await;
     if let Some(info) = holder {
         let remaining = {
             let mut s = shared.sessions.lock().expect("lock");
@@ -541,7 +555,7 @@ fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
 async fn serve_session(
     shared: &Arc<Shared>,
     stream: &mut UnixStream,
-    mut prompts: Option<mpsc::UnboundedReceiver<Prompt>>,
+    mut human: Option<mpsc::UnboundedReceiver<ToHuman>>,
 ) -> Result<(), FrameError> {
     // Wait for the boot, forwarding progress.
     let mut boot = shared.boot.clone();
@@ -576,8 +590,12 @@ async fn serve_session(
     loop {
         let msg = tokio::select! {
             m = read_frame::<_, ClientMsg>(stream) => m?,
-            Some(prompt) = async { match prompts.as_mut() { Some(p) => p.recv().await, None => None } } => {
-                write_frame(stream, &CoordMsg::Prompt { prompt }).await?;
+            Some(news) = async { match human.as_mut() { Some(h) => h.recv().await, None => None } } => {
+                let msg = match news {
+                    ToHuman::Prompt(prompt) => CoordMsg::Prompt { prompt },
+                    ToHuman::Outcome(outcome) => CoordMsg::Outcome { outcome },
+                };
+                write_frame(stream, &msg).await?;
                 continue;
             }
             _ = shutdown.changed() => {

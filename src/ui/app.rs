@@ -9,8 +9,9 @@ use lazaret_widgets::keys::{encode_key, encode_mouse, encode_paste};
 use lazaret_widgets::modal::{ApprovalModal, CommandEditor, EditOutcome};
 use lazaret_widgets::pane::TerminalPane;
 use lazaret_widgets::panels::{
-    AuditEntry, AuditPanel, EscalationRow, EscalationStatus, EscalationsPanel, HelpOverlay,
-    HelpSection, KeyBinding, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
+    AuditEntry, AuditPanel, EscalationRow, EscalationStatus, EscalationsPanel, FormOutcome,
+    HelpOverlay, HelpSection, KeyBinding, NetworkPanel, NewTabDialog, NewTabForm, ProfileChoice,
+    RouteRow, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
 };
 use ratatui::Terminal;
 use ratatui::backend::Backend;
@@ -22,10 +23,9 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, BorderType};
 
 use super::tab::{Launch, ModalMode, Pending, Phase, Tab};
-use super::{Ev, FRAME, key_matches};
+use super::{Ev, FRAME, Launcher, NetTable, key_matches};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus};
-use crate::rundir::RuntimeDir;
 
 /// Parses a prefix key written as `C-a`, `C-b`, `M-a`, `F12`.
 pub fn parse_prefix(s: &str) -> Result<KeyEvent> {
@@ -56,15 +56,43 @@ pub fn parse_prefix(s: &str) -> Result<KeyEvent> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Panel {
     Sessions,
+    Network,
     Escalations,
     Audit,
+}
+
+/// How often an open sessions or network panel is read again (uptimes,
+/// sessions, a table changed by `lazaret net` elsewhere) and the queue's
+/// ages move on.
+const PANEL_REFRESH: Duration = Duration::from_secs(2);
+
+/// A line the human is typing in the status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputKind {
+    Rename,
+    /// A network to allow egress to, in the focused tab's domain.
+    Allow,
+    Deny,
+}
+
+#[derive(Debug)]
+struct Input {
+    kind: InputKind,
+    text: String,
+}
+
+/// The workbench, or `lazaret shell`: the same engine with one pane and
+/// no tabs or panels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Workbench,
+    Shell,
 }
 
 /// A request seen by this UI, for the escalation queue.
 #[derive(Debug)]
 struct Seen {
     id: String,
-    tab_id: u64,
     tab: String,
     arrived: Instant,
     command: String,
@@ -75,7 +103,7 @@ pub struct App {
     launch: Launch,
     prefix_text: String,
     prefix: KeyEvent,
-    rundir: RuntimeDir,
+    launcher: Launcher,
     rt: tokio::runtime::Handle,
     tx: Sender<Ev>,
     tabs: Vec<Tab>,
@@ -83,16 +111,26 @@ pub struct App {
     next_id: u64,
     armed: bool,
     help: bool,
-    /// `Some`: renaming the focused tab, the text so far.
-    renaming: Option<String>,
+    mode: Mode,
+    /// `Some`: a line being typed in the status line.
+    input: Option<Input>,
+    /// `Some`: the new-tab dialog is open.
+    new_tab: Option<NewTabForm>,
     panel: Option<Panel>,
+    /// When an open panel is read again.
+    next_refresh: Option<Instant>,
     domains: Vec<DomainStatus>,
+    /// The live table of a domain (by hash), for the network panel.
+    network: Option<(String, NetTable)>,
+    /// How the last shell ended (`lazaret shell` exits with it).
+    exit_code: Option<u8>,
+    /// `lazaret shell` could not start its session.
+    failure: Option<String>,
     seen: Vec<Seen>,
     audit: Vec<AuditEntry>,
     message: Option<String>,
     quit: bool,
     dirty: bool,
-    last_poll: Instant,
     size: Size,
     /// The cursor shape last sent to the terminal.
     cursor_style: Option<ratatui::crossterm::cursor::SetCursorStyle>,
@@ -131,7 +169,7 @@ impl App {
         launch: Launch,
         prefix_text: String,
         prefix: KeyEvent,
-        rundir: RuntimeDir,
+        launcher: Launcher,
         rt: tokio::runtime::Handle,
         tx: Sender<Ev>,
     ) -> App {
@@ -139,7 +177,8 @@ impl App {
             launch,
             prefix_text,
             prefix,
-            rundir,
+            mode: launcher.mode,
+            launcher,
             rt,
             tx,
             tabs: Vec::new(),
@@ -147,15 +186,19 @@ impl App {
             next_id: 1,
             armed: false,
             help: false,
-            renaming: None,
+            input: None,
+            new_tab: None,
             panel: None,
+            next_refresh: None,
             domains: Vec::new(),
+            network: None,
+            exit_code: None,
+            failure: None,
             seen: Vec::new(),
             audit: Vec::new(),
             message: None,
             quit: false,
             dirty: true,
-            last_poll: Instant::now(),
             cursor_style: None,
             size: Size::new(80, 24),
         }
@@ -163,6 +206,16 @@ impl App {
 
     fn areas(&self, size: Size) -> Areas {
         let full = Rect::new(0, 0, size.width, size.height);
+        if self.mode == Mode::Shell {
+            let [pane, status] =
+                Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(full);
+            return Areas {
+                tabs: Rect::default(),
+                pane,
+                panel: None,
+                status,
+            };
+        }
         let [tabs, body, status] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Min(3),
@@ -185,18 +238,41 @@ impl App {
         }
     }
 
+    /// The shell's part of the pane (inside the border, if any).
+    fn pane_inner(&self) -> Rect {
+        let pane = self.areas(self.size).pane;
+        match self.mode {
+            Mode::Workbench => Block::bordered().inner(pane),
+            Mode::Shell => pane,
+        }
+    }
+
     /// The PTY size for the current layout.
     fn pane_size(&self) -> (u16, u16) {
-        let inner = Block::bordered().inner(self.areas(self.size).pane);
+        let inner = self.pane_inner();
         (inner.height.max(1), inner.width.max(1))
     }
 
-    pub fn new_tab(&mut self, size: Size) {
+    /// How the session ended: the shell's exit code, or why it never ran.
+    pub fn outcome(&self) -> Result<u8, String> {
+        match (&self.failure, self.exit_code) {
+            (Some(why), _) => Err(why.clone()),
+            (None, code) => Ok(code.unwrap_or(0)),
+        }
+    }
+
+    /// Opens the first tab, with the launch the UI started with.
+    pub fn first_tab(&mut self, size: Size) {
         self.size = size;
+        let launch = self.launch.clone();
+        self.open_tab(&launch);
+    }
+
+    fn open_tab(&mut self, launch: &Launch) {
         let (rows, cols) = self.pane_size();
         let id = self.next_id;
         self.next_id += 1;
-        let tab = Tab::start(id, &self.launch, rows, cols, self.tx.clone());
+        let tab = Tab::start(id, launch, rows, cols, self.tx.clone());
         self.tabs.push(tab);
         self.focus = self.tabs.len() - 1;
         self.dirty = true;
@@ -245,7 +321,7 @@ impl App {
             return;
         }
         let tx = self.tx.clone();
-        let sockets = crate::cli::session::sockets(&self.rundir);
+        let sockets = crate::cli::session::sockets(&self.launcher.rundir);
         self.rt.spawn(async move {
             let mut domains = Vec::new();
             for socket in sockets {
@@ -259,24 +335,6 @@ impl App {
         });
     }
 
-    /// While the queue panel is open and a request of tab `id` runs, its
-    /// result is looked up in the audit trail when the tab's shell shows
-    /// output (at most every 300 ms): the coordinator sends results to the
-    /// sandbox, not to this session.
-    fn poll_results(&mut self, id: u64) {
-        let watching = matches!(self.panel, Some(Panel::Escalations | Panel::Audit));
-        let running = self
-            .seen
-            .iter()
-            .any(|s| s.tab_id == id && s.status == EscalationStatus::Running);
-        if watching && running && self.last_poll.elapsed() > Duration::from_millis(300) {
-            self.last_poll = Instant::now();
-            if let Some(t) = self.tabs.iter().find(|t| t.id == id) {
-                t.send(ClientMsg::Audit);
-            }
-        }
-    }
-
     fn set_status(&mut self, id: &str, status: EscalationStatus) {
         if let Some(s) = self.seen.iter_mut().find(|s| s.id == id) {
             s.status = status;
@@ -284,40 +342,90 @@ impl App {
     }
 
     /// The loop: block for events; render when dirty, at most every FRAME.
+    /// Idle (nothing dirty, no panel to refresh) it sleeps in `recv`.
     pub fn run<B: Backend>(&mut self, term: &mut Terminal<B>, rx: &Receiver<Ev>) -> Result<()>
     where
         B::Error: Send + Sync + 'static,
     {
         let mut last = Instant::now() - FRAME;
         while !self.quit {
-            let ev = if self.dirty {
-                let wait = (last + FRAME).saturating_duration_since(Instant::now());
-                if wait.is_zero() {
-                    self.draw(term)?;
-                    last = Instant::now();
-                    continue;
-                }
-                match rx.recv_timeout(wait) {
-                    Ok(ev) => ev,
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(ev) => ev,
-                    Err(_) => break,
-                }
+            let frame = self.dirty.then(|| last + FRAME);
+            let wake = match (frame, self.next_refresh) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             };
-            self.handle(ev);
-            // Take what else is queued before drawing.
-            for _ in 0..256 {
-                match rx.try_recv() {
-                    Ok(ev) => self.handle(ev),
+            let ev = match wake {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(ev) => Some(ev),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(ev) => Some(ev),
                     Err(_) => break,
+                },
+            };
+            match ev {
+                Some(ev) => {
+                    self.handle(ev);
+                    // Take what else is queued before drawing.
+                    for _ in 0..256 {
+                        match rx.try_recv() {
+                            Ok(ev) => self.handle(ev),
+                            Err(_) => break,
+                        }
+                    }
                 }
+                None => {
+                    if self.next_refresh.is_some_and(|t| t <= Instant::now()) {
+                        self.refresh_panel();
+                    }
+                }
+            }
+            if self.dirty && last + FRAME <= Instant::now() {
+                self.draw(term)?;
+                last = Instant::now();
             }
         }
         Ok(())
+    }
+
+    /// Reads the open panel's data again, and schedules the next time.
+    fn refresh_panel(&mut self) {
+        self.next_refresh = None;
+        match self.panel {
+            Some(Panel::Sessions) => self.refresh_domains(),
+            Some(Panel::Network) => self.refresh_network(None),
+            // The ages of pending requests move on.
+            Some(Panel::Escalations) => self.dirty = true,
+            Some(Panel::Audit) | None => return,
+        }
+        self.next_refresh = Some(Instant::now() + PANEL_REFRESH);
+    }
+
+    /// Reads the sidecar's live table of the focused tab's domain (after
+    /// allowing or denying `change` in it, at once), off the UI thread.
+    fn refresh_network(&mut self, change: Option<(ipnet::IpNet, bool)>) {
+        if self.panel != Some(Panel::Network) && change.is_none() {
+            return;
+        }
+        let Some(tab) = self.tabs.get(self.focus) else {
+            return;
+        };
+        if tab.domain.is_none() {
+            // Not up yet: nothing to read, nothing to change.
+            if change.is_some() {
+                self.message = Some("the domain is not up yet; try again when it is".into());
+            }
+            return;
+        }
+        let launch = tab.launch.clone();
+        let tx = self.tx.clone();
+        self.rt.spawn_blocking(move || {
+            let hash = launch.ctx.anchor.hash().to_string();
+            let result = super::network_table(&launch, change);
+            let _ = tx.send(Ev::Network(hash, change, result));
+        });
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -338,13 +446,15 @@ impl App {
                 if let Some(t) = self.tab_mut(id) {
                     t.woke.store(false, Ordering::Release);
                 }
-                self.poll_results(id);
                 if self.tabs.get(self.focus).is_some_and(|t| t.id == id) {
                     self.dirty = true;
                 }
             }
             Ev::Exited(id) => {
                 if let Some(i) = self.tabs.iter().position(|t| t.id == id) {
+                    if let Some(code) = self.tabs[i].exit_code(Duration::from_secs(3)) {
+                        self.exit_code = Some(code);
+                    }
                     self.close_tab(i);
                 }
             }
@@ -367,6 +477,12 @@ impl App {
                 self.refresh_domains();
             }
             Ev::Failed(id, why) => {
+                if self.mode == Mode::Shell {
+                    // `lazaret shell` says why on the terminal it returns to.
+                    self.failure = Some(why);
+                    self.quit = true;
+                    return;
+                }
                 if let Some(t) = self.tab_mut(id) {
                     t.failed(&why);
                 }
@@ -385,6 +501,29 @@ impl App {
                 self.domains = domains;
                 self.dirty = true;
             }
+            Ev::Network(hash, change, result) => {
+                match (change, result) {
+                    (_, Ok(table)) => {
+                        if let Some((net, allow)) = change {
+                            self.message = Some(format!(
+                                "{} {net}: in force in domain {}",
+                                if allow { "allowed" } else { "denied" },
+                                &hash[..hash.len().min(12)]
+                            ));
+                        } else if let Some(w) = &table.warning {
+                            self.message = Some(w.clone());
+                        }
+                        self.network = Some((hash, table));
+                    }
+                    (Some((net, _)), Err(e)) => {
+                        self.message = Some(format!("cannot change the policy for {net}: {e}"));
+                    }
+                    (None, Err(e)) => {
+                        self.message = Some(format!("cannot read the network table: {e}"));
+                    }
+                }
+                self.dirty = true;
+            }
         }
     }
 
@@ -398,7 +537,6 @@ impl App {
                 let title = tab.title.clone();
                 self.seen.push(Seen {
                     id: prompt.request_id.clone(),
-                    tab_id: id,
                     tab: title,
                     arrived: Instant::now(),
                     command: prompt.command.clone(),
@@ -409,34 +547,27 @@ impl App {
                     self.message = Some(format!("tab {} asks for a host command", tab.title));
                 }
             }
-            CoordMsg::Audit { records } => {
-                // What became of the requests this UI approved.
-                for r in records.iter().filter(|r| r.kind == "escalation-result") {
-                    let Some(rid) = r.data["request_id"].as_str() else {
-                        continue;
-                    };
-                    let status = match (r.data["exit_code"].as_i64(), r.data["error"].as_str()) {
-                        (_, Some(e)) => EscalationStatus::Failed { error: e.into() },
-                        (Some(code), _) => EscalationStatus::Finished {
-                            exit_code: code as i32,
-                            output: String::new(),
-                        },
-                        _ => continue,
-                    };
-                    if let Some(s) = self.seen.iter_mut().find(|s| s.id == rid) {
-                        s.status = status;
-                    }
-                }
-                if focused == Some(id) {
-                    self.audit = records
-                        .iter()
-                        .map(|r| AuditEntry {
-                            time: clock(r.time),
-                            event: r.kind.clone(),
-                            detail: summary(&r.data),
-                        })
-                        .collect();
-                }
+            CoordMsg::Outcome { outcome } => {
+                let status = match (outcome.exit_code, outcome.error) {
+                    (Some(exit_code), None) => EscalationStatus::Finished {
+                        exit_code,
+                        output: outcome.output,
+                    },
+                    (_, error) => EscalationStatus::Failed {
+                        error: error.unwrap_or_else(|| "it did not run".into()),
+                    },
+                };
+                self.set_status(&outcome.request_id, status);
+            }
+            CoordMsg::Audit { records } if focused == Some(id) => {
+                self.audit = records
+                    .iter()
+                    .map(|r| AuditEntry {
+                        time: clock(r.time),
+                        event: r.kind.clone(),
+                        detail: summary(&r.data),
+                    })
+                    .collect();
             }
             CoordMsg::Status { domain } => tab.domain = Some(domain),
             CoordMsg::Error { message } => self.message = Some(message),
@@ -478,6 +609,10 @@ impl App {
 
     fn paste(&mut self, text: &str) {
         self.dirty = true;
+        if let Some(form) = self.new_tab.as_mut() {
+            form.paste(text);
+            return;
+        }
         let Some(tab) = self.tabs.get_mut(self.focus) else {
             return;
         };
@@ -499,22 +634,23 @@ impl App {
             self.help = false;
             return;
         }
-        if let Some(name) = self.renaming.as_mut() {
+        if self.new_tab.is_some() {
+            self.new_tab_key(key);
+            return;
+        }
+        if let Some(input) = self.input.as_mut() {
             match key.code {
                 KeyCode::Enter => {
-                    let name = std::mem::take(name);
-                    self.renaming = None;
-                    if let Some(t) = self.tabs.get_mut(self.focus)
-                        && !name.trim().is_empty()
-                    {
-                        t.title = name;
-                    }
+                    let kind = input.kind;
+                    let text = std::mem::take(&mut input.text);
+                    self.input = None;
+                    self.submit(kind, text.trim());
                 }
-                KeyCode::Esc => self.renaming = None,
+                KeyCode::Esc => self.input = None,
                 KeyCode::Backspace => {
-                    name.pop();
+                    input.text.pop();
                 }
-                KeyCode::Char(c) if !c.is_control() => name.push(c),
+                KeyCode::Char(c) if !c.is_control() => input.text.push(c),
                 _ => {}
             }
             return;
@@ -554,6 +690,97 @@ impl App {
         }
     }
 
+    /// The new-tab dialog, on the focused tab's profile and workspace.
+    fn open_new_tab_form(&mut self) {
+        let current = self
+            .tabs
+            .get(self.focus)
+            .map_or(&self.launch, |t| &t.launch);
+        let profiles: Vec<ProfileChoice> = self
+            .launcher
+            .config
+            .profiles
+            .values()
+            .map(|p| {
+                let gvisor = p.runtime == crate::config::Runtime::Runsc;
+                ProfileChoice {
+                    name: p.name.clone(),
+                    runtime: if gvisor {
+                        "gVisor (runsc)".into()
+                    } else {
+                        p.runtime.as_str().into()
+                    },
+                    gvisor,
+                    command: p
+                        .command
+                        .as_ref()
+                        .map_or_else(|| "login shell".into(), shell_words::join),
+                }
+            })
+            .collect();
+        let selected = profiles
+            .iter()
+            .position(|p| p.name == current.profile)
+            .unwrap_or(0);
+        let workspace = current.ctx.anchor.workspace().display().to_string();
+        self.new_tab = Some(NewTabForm::new(profiles, selected, &workspace));
+    }
+
+    /// A key for the open new-tab dialog.
+    fn new_tab_key(&mut self, key: KeyEvent) {
+        let Some(form) = self.new_tab.as_mut() else {
+            return;
+        };
+        match form.handle_key(key) {
+            FormOutcome::Editing => {}
+            FormOutcome::Cancel => self.new_tab = None,
+            FormOutcome::Submit { profile, workspace } => {
+                // `~/x` as a shell would have it.
+                let path = match (workspace.strip_prefix("~/"), std::env::var_os("HOME")) {
+                    (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
+                    _ => std::path::PathBuf::from(&workspace),
+                };
+                match self.launcher.launch(Some(&profile), &path) {
+                    Ok(launch) => {
+                        self.new_tab = None;
+                        self.open_tab(&launch);
+                    }
+                    Err(e) => form.set_error(format!("{e:#}")),
+                }
+            }
+        }
+    }
+
+    /// A line typed in the status line, Enter pressed.
+    fn submit(&mut self, kind: InputKind, text: &str) {
+        match kind {
+            InputKind::Rename => {
+                if let Some(t) = self.tabs.get_mut(self.focus)
+                    && !text.is_empty()
+                {
+                    t.title = text.to_string();
+                }
+            }
+            InputKind::Allow | InputKind::Deny => {
+                if text.is_empty() {
+                    return;
+                }
+                // A bare address means just that host.
+                let parsed = match text.parse::<std::net::IpAddr>() {
+                    Ok(addr) => Ok(ipnet::IpNet::from(addr)),
+                    Err(_) => crate::config::parse_cidr(text),
+                };
+                match parsed {
+                    Ok(net) => {
+                        self.message = Some(format!("applying {net}…"));
+                        self.refresh_network(Some((net, kind == InputKind::Allow)));
+                    }
+                    Err(e) => self.message = Some(format!("not a network: {e}")),
+                }
+            }
+        }
+    }
+
     /// Lazaret's commands, after the prefix.
     fn command(&mut self, key: KeyEvent) {
         if key_matches(&key, &self.prefix) {
@@ -566,17 +793,37 @@ impl App {
         let n = self.tabs.len();
         let before = self.focus;
         self.command_key(key, n);
-        if self.focus != before
-            && self.panel == Some(Panel::Audit)
-            && let Some(t) = self.tabs.get(self.focus)
-        {
-            t.send(ClientMsg::Audit);
+        if self.focus != before {
+            match self.panel {
+                Some(Panel::Audit) => {
+                    if let Some(t) = self.tabs.get(self.focus) {
+                        t.send(ClientMsg::Audit);
+                    }
+                }
+                Some(Panel::Network) => self.refresh_network(None),
+                _ => {}
+            }
         }
     }
 
     fn command_key(&mut self, key: KeyEvent, n: usize) {
+        if self.mode == Mode::Shell {
+            // One pane: no tabs, no panels.
+            match key.code {
+                KeyCode::Char('?') => self.help = true,
+                KeyCode::Char('q') => self.quit = true,
+                _ => {}
+            }
+            return;
+        }
+        let typing = |kind| {
+            Some(Input {
+                kind,
+                text: String::new(),
+            })
+        };
         match key.code {
-            KeyCode::Char('c') => self.new_tab(self.size),
+            KeyCode::Char('c') => self.open_new_tab_form(),
             KeyCode::Char('n') if n > 0 => self.focus = (self.focus + 1) % n,
             KeyCode::Char('p') if n > 0 => self.focus = (self.focus + n - 1) % n,
             KeyCode::Char(d @ '1'..='9') => {
@@ -586,7 +833,10 @@ impl App {
                 }
             }
             KeyCode::Char('x') => self.close_tab(self.focus),
-            KeyCode::Char(',') => self.renaming = Some(String::new()),
+            KeyCode::Char(',') => self.input = typing(InputKind::Rename),
+            KeyCode::Char('+') => self.input = typing(InputKind::Allow),
+            KeyCode::Char('-') => self.input = typing(InputKind::Deny),
+            KeyCode::Char('w') => self.toggle(Panel::Network),
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char('q') => self.quit = true,
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
@@ -602,22 +852,13 @@ impl App {
         } else {
             Some(panel)
         };
-        match self.panel {
-            Some(Panel::Sessions) => self.refresh_domains(),
-            Some(Panel::Audit) => {
-                if let Some(t) = self.tabs.get(self.focus) {
-                    t.send(ClientMsg::Audit);
-                }
-            }
-            Some(Panel::Escalations) => {
-                for t in &self.tabs {
-                    if self.seen.iter().any(|s| s.tab_id == t.id) {
-                        t.send(ClientMsg::Audit);
-                    }
-                }
-            }
-            None => {}
+        self.next_refresh = None;
+        if let Some(Panel::Audit) = self.panel
+            && let Some(t) = self.tabs.get(self.focus)
+        {
+            t.send(ClientMsg::Audit);
         }
+        self.refresh_panel();
     }
 
     /// The approval modal of the focused tab gets keys first; `true` when
@@ -728,11 +969,48 @@ impl App {
             keys,
             action: action.into(),
         };
+        let scroll = b(
+            "S-PgUp / S-PgDn, wheel".into(),
+            "scroll the pane's history (the wheel goes to programs that ask for the mouse)",
+        );
+        let modal = HelpSection {
+            title: "Approval modal".into(),
+            bindings: vec![
+                b("A".into(), "approve and run"),
+                b("D".into(), "deny (type an optional reason, Enter sends)"),
+                b(
+                    "E".into(),
+                    "edit the command, Enter approves it (re-checked)",
+                ),
+                b(
+                    "Q".into(),
+                    match self.mode {
+                        Mode::Workbench => "abort: deny and close this tab",
+                        Mode::Shell => "abort: deny and end this shell",
+                    },
+                ),
+                b("Up / Down / PgUp / PgDn".into(), "scroll the request"),
+            ],
+        };
+        if self.mode == Mode::Shell {
+            return vec![
+                HelpSection {
+                    title: "Shell".into(),
+                    bindings: vec![
+                        b(format!("{p} {p}"), "send the prefix key to the shell"),
+                        b(format!("{p} q"), "quit (ends this session)"),
+                        b(format!("{p} ?"), "this help (any key closes it)"),
+                        scroll,
+                    ],
+                },
+                modal,
+            ];
+        }
         vec![
             HelpSection {
                 title: "Tabs".into(),
                 bindings: vec![
-                    b(format!("{p} c"), "new tab (same profile and workspace)"),
+                    b(format!("{p} c"), "new tab: pick a profile and a workspace"),
                     b(format!("{p} n / {p} p"), "next / previous tab"),
                     b(format!("{p} 1..9"), "go to tab N"),
                     b(format!("{p} x"), "close tab (ends its session)"),
@@ -742,10 +1020,7 @@ impl App {
                     ),
                     b(format!("{p} {p}"), "send the prefix key to the shell"),
                     b(format!("{p} q"), "quit (ends every session of this UI)"),
-                    b(
-                        "S-PgUp / S-PgDn, wheel".into(),
-                        "scroll the pane's history (the wheel goes to programs that ask for the mouse)",
-                    ),
+                    scroll,
                 ],
             },
             HelpSection {
@@ -755,24 +1030,20 @@ impl App {
                         format!("{p} s"),
                         "sessions: every running domain of this user",
                     ),
-                    b(format!("{p} e"), "escalation queue"),
+                    b(
+                        format!("{p} w"),
+                        "network: the focused domain's live egress table",
+                    ),
+                    b(
+                        format!("{p} + / {p} -"),
+                        "allow / deny egress to a network, at once (focused domain)",
+                    ),
+                    b(format!("{p} e"), "escalation queue, with results"),
                     b(format!("{p} a"), "audit trail of the focused tab's domain"),
                     b(format!("{p} ?"), "this help (any key closes it)"),
                 ],
             },
-            HelpSection {
-                title: "Approval modal".into(),
-                bindings: vec![
-                    b("A".into(), "approve and run"),
-                    b("D".into(), "deny (type an optional reason, Enter sends)"),
-                    b(
-                        "E".into(),
-                        "edit the command, Enter approves it (re-checked)",
-                    ),
-                    b("Q".into(), "abort: deny and close this tab"),
-                    b("Up / Down / PgUp / PgDn".into(), "scroll the request"),
-                ],
-            },
+            modal,
         ]
     }
 
@@ -803,11 +1074,30 @@ impl App {
                 "{} {} · !! NOT gVisor: {} !! the agent shares the host kernel",
                 d.profile, d.hash, d.runtime
             ),
-            None => format!("{} · starting", self.launch.label),
+            None => format!("{} · starting", t.launch.label),
         });
-        let message = match &self.renaming {
-            Some(name) => Some(format!("rename tab: {name}_")),
+        let message = match &self.input {
+            Some(Input { kind, text }) => Some(match kind {
+                InputKind::Rename => format!("rename tab: {text}_"),
+                InputKind::Allow => {
+                    format!(
+                        "allow egress to (address or CIDR; Enter applies, Esc cancels): {text}_"
+                    )
+                }
+                InputKind::Deny => {
+                    format!("deny egress to (address or CIDR; Enter applies, Esc cancels): {text}_")
+                }
+            }),
             None => self.message.clone(),
+        };
+        // The network panel shows the focused tab's domain only.
+        let focused_hash = self
+            .tabs
+            .get(self.focus)
+            .map(|t| t.launch.ctx.anchor.hash().to_string());
+        let routes: &[RouteRow] = match &self.network {
+            Some((hash, table)) if Some(hash) == focused_hash.as_ref() => &table.rows,
+            _ => &[],
         };
         let help = self.help.then(|| self.help_sections());
         let sessions: Vec<SessionRow> = self
@@ -834,6 +1124,9 @@ impl App {
                 status: s.status.clone(),
             })
             .collect();
+        let mode = self.mode;
+        let typing = self.input.is_some();
+        let new_tab = self.new_tab.as_ref();
         let stdout_sync = std::any::type_name::<B>().contains("Crossterm");
         if stdout_sync {
             let _ = ratatui::crossterm::execute!(
@@ -849,7 +1142,9 @@ impl App {
         let tabs = &mut self.tabs;
         let mut cursor_style = None;
         term.draw(|f| {
-            f.render_widget(TabBar::new(&infos, focus), areas.tabs);
+            if mode == Mode::Workbench {
+                f.render_widget(TabBar::new(&infos, focus), areas.tabs);
+            }
             if let Some(tab) = tabs.get_mut(focus) {
                 let gvisor = tab.domain.as_ref().map(|d| d.gvisor);
                 let title = match (&tab.domain, &tab.phase) {
@@ -862,9 +1157,15 @@ impl App {
                 };
                 let modal_open = !tab.prompts.is_empty();
                 tab.state.with_screen(|s| {
-                    let pane = TerminalPane::new(s).block(pane_block(title, gvisor, true));
+                    let pane = match mode {
+                        Mode::Workbench => {
+                            TerminalPane::new(s).block(pane_block(title, gvisor, true))
+                        }
+                        Mode::Shell => TerminalPane::new(s),
+                    };
                     if !modal_open
                         && !self.help
+                        && new_tab.is_none()
                         && let Some(pos) = pane.cursor(areas.pane)
                     {
                         f.set_cursor_position(pos);
@@ -897,6 +1198,7 @@ impl App {
             if let (Some(panel), Some(area)) = (panel, areas.panel) {
                 match panel {
                     Panel::Sessions => f.render_widget(SessionsPanel::new(&sessions), area),
+                    Panel::Network => f.render_widget(NetworkPanel::new(routes), area),
                     Panel::Escalations => {
                         f.render_widget(EscalationsPanel::new(&escalations), area);
                     }
@@ -907,11 +1209,15 @@ impl App {
                 StatusLine {
                     prefix: &prefix,
                     prefix_armed: armed,
-                    domain: domain_text.as_deref(),
+                    // While the human types a line, it has the whole width.
+                    domain: domain_text.as_deref().filter(|_| !typing),
                     message: message.as_deref(),
                 },
                 areas.status,
             );
+            if let Some(form) = new_tab {
+                f.render_widget(NewTabDialog::new(form), f.area());
+            }
             if let Some(h) = &help {
                 f.render_widget(HelpOverlay::new(h), f.area());
             }

@@ -20,8 +20,9 @@ use ratatui::crossterm::{execute, terminal};
 
 use crate::coordinator::protocol::{CoordMsg, DomainStatus};
 use crate::host::HostEnv;
+use crate::rundir::RuntimeDir;
 
-pub use app::parse_prefix;
+pub use app::{Mode, parse_prefix};
 
 /// The shortest time between two frames (about 100 fps).
 pub const FRAME: std::time::Duration = std::time::Duration::from_millis(10);
@@ -42,6 +43,85 @@ pub enum Ev {
     ControlClosed(u64),
     /// Every running domain of this user (the sessions panel).
     Domains(Vec<DomainStatus>),
+    /// The live table of a domain (by hash), read after `change` if any.
+    Network(
+        String,
+        Option<(ipnet::IpNet, bool)>,
+        std::result::Result<NetTable, String>,
+    ),
+}
+
+/// The network panel's view of a domain's live table.
+#[derive(Debug, Clone, Default)]
+pub struct NetTable {
+    pub rows: Vec<lazaret_widgets::panels::RouteRow>,
+    /// Set when the live table is not the policy's.
+    pub warning: Option<String>,
+}
+
+/// Reads (after applying `change`, if any) the Network Sidecar's live table
+/// of `launch`'s domain, each route with the rule behind it. Blocking: it
+/// runs `podman exec` in the sidecar.
+pub fn network_table(
+    launch: &tab::Launch,
+    change: Option<(ipnet::IpNet, bool)>,
+) -> std::result::Result<NetTable, String> {
+    use crate::net;
+    use lazaret_widgets::panels::{RouteRow, Verdict};
+    let podman = crate::engine::podman::Podman::default();
+    let sidecar = launch.ctx.anchor.sidecar_name();
+    let root = &launch.ctx.domain_root;
+    let report = match change {
+        Some((cidr, allow)) => {
+            let origin = format!("lazaret ui {} (live)", if allow { "allow" } else { "deny" });
+            net::change(
+                &podman,
+                &sidecar,
+                root,
+                &launch.network,
+                cidr,
+                allow,
+                &origin,
+            )
+            .map(|(_, report)| report)
+            .map_err(|e| e.to_string())?
+        }
+        None => {
+            let policy = net::policy(net::effective_spec(root, &launch.network))
+                .map_err(|e| e.to_string())?;
+            let mut report =
+                net::show(&podman, &sidecar, Some(&policy)).map_err(|e| e.to_string())?;
+            if !net::in_force(&report, &policy) {
+                report.warnings.push(
+                    "!! the sidecar's live table differs from the policy: check `lazaret net show`"
+                        .into(),
+                );
+            }
+            report
+        }
+    };
+    let rows = report
+        .entries
+        .iter()
+        .map(|e| RouteRow {
+            prefix: e.rule.dst.to_string(),
+            verdict: match e.verdict {
+                lazaret_sidecar::policy::Verdict::Allow => Verdict::Allow,
+                lazaret_sidecar::policy::Verdict::Deny => Verdict::Deny,
+            },
+            rule: if e.rule.is_floor() {
+                "floor: nothing falls through".into()
+            } else {
+                e.source
+                    .as_ref()
+                    .map_or_else(|| "not from the policy!".into(), rule_text)
+            },
+        })
+        .collect();
+    Ok(NetTable {
+        rows,
+        warning: report.warnings.first().cloned(),
+    })
 }
 
 /// Restores the terminal: on drop, and from the panic hook.
@@ -65,7 +145,10 @@ impl Drop for TerminalGuard {
     }
 }
 
+/// Runs the workbench (`lazaret ui`), or, in [`Mode::Shell`], one pane
+/// (`lazaret shell`), whose exit code it returns.
 pub fn run(
+    mode: Mode,
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
     profile: Option<&str>,
@@ -73,18 +156,20 @@ pub fn run(
     prefix: &str,
 ) -> Result<ExitCode> {
     let prefix_key = parse_prefix(prefix)?;
-    let (config, ctx, rundir) = crate::cli::session::context(explicit, env, profile, workspace)?;
-    let selected = config.select_profile(profile)?;
-    let argv = selected
-        .command
-        .clone()
-        .unwrap_or_else(|| vec!["/bin/bash".into(), "-l".into()]);
-    let launch = tab::Launch {
-        label: format!("{} · {}", selected.name, ctx.anchor.workspace().display()),
-        profile: selected.name.clone(),
-        ctx,
-        argv,
+    let config = crate::cli::load(explicit.clone(), env)?;
+    let workspace = match workspace {
+        Some(p) => p.to_path_buf(),
+        None => crate::cli::current_dir()?,
     };
+    let launcher = Launcher {
+        mode,
+        rundir: RuntimeDir::ensure(&RuntimeDir::locate(env))?,
+        explicit: explicit
+            .as_ref()
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
+        config,
+    };
+    let launch = launcher.launch(profile, &workspace)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -126,20 +211,85 @@ pub fn run(
         launch,
         prefix.to_string(),
         prefix_key,
-        rundir,
+        launcher,
         rt.handle().clone(),
         tx,
     );
     let size = term.size()?;
-    app.new_tab(size);
+    app.first_tab(size);
     let result = app.run(&mut term, &rx);
+    let outcome = app.outcome();
     // Shells first (their PTY writers must outlive them), then the control
     // streams: the last session out tears the domain down.
     app.shutdown();
     drop(app);
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     let _ = std::io::stdout().flush();
-    result.map(|()| ExitCode::SUCCESS)
+    result?;
+    drop(_guard);
+    match outcome {
+        Ok(code) => Ok(ExitCode::from(code)),
+        Err(why) => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// The rule behind a route, short enough for a side panel: where it was
+/// written first (a `file:line:col`, or the live edit that made it).
+fn rule_text(source: &lazaret_sidecar::policy::Source) -> String {
+    use lazaret_sidecar::policy::Source;
+    let with = |origin: &Option<String>, kind: &str| match origin {
+        Some(o) => format!("{o} · {kind}"),
+        None => kind.to_string(),
+    };
+    match source {
+        Source::DefaultAllow { origin } => with(origin, "default_allow"),
+        Source::DefaultDeny { origin } => with(origin, "default_deny"),
+        Source::AllowEgress { origin, .. } => with(origin, "allow_egress"),
+        other => other.to_string(),
+    }
+}
+
+/// Makes the [`tab::Launch`] of a profile and workspace: for the first tab,
+/// and for each new tab the human picks.
+#[derive(Debug)]
+pub struct Launcher {
+    pub mode: Mode,
+    pub config: crate::config::Config,
+    pub rundir: RuntimeDir,
+    /// `--config FILE`, for the coordinators this UI starts.
+    pub explicit: Option<PathBuf>,
+}
+
+impl Launcher {
+    pub fn launch(&self, profile: Option<&str>, workspace: &Path) -> Result<tab::Launch> {
+        let selected = self.config.select_profile(profile)?;
+        if !workspace.is_dir() {
+            anyhow::bail!("{} is not a directory", workspace.display());
+        }
+        let anchor = crate::domain::DomainAnchor::new(&selected.name, workspace)?;
+        let ctx = crate::coordinator::client::DomainContext::new(
+            anchor,
+            &self.config.data_root,
+            &self.rundir,
+            self.explicit.clone(),
+        );
+        // `lazaret shell` runs a shell even when the profile runs an agent.
+        let argv = match (self.mode, &selected.command) {
+            (Mode::Workbench, Some(command)) => command.clone(),
+            _ => crate::cli::session::shell_argv(),
+        };
+        Ok(tab::Launch {
+            label: format!("{} · {}", selected.name, ctx.anchor.workspace().display()),
+            profile: selected.name.clone(),
+            network: crate::net::policy_spec(&self.config, selected),
+            purpose: match self.mode {
+                Mode::Workbench => "ui",
+                Mode::Shell => "shell",
+            },
+            ctx,
+            argv,
+        })
+    }
 }
 
 /// A key as the user writes it: `C-a`, `C-b`, `M-x`, `F12`, ...

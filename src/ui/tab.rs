@@ -33,6 +33,10 @@ pub struct Launch {
     pub label: String,
     /// The profile: new tabs' default title.
     pub profile: String,
+    /// The profile's configured network policy (the live one may differ).
+    pub network: lazaret_sidecar::policy::PolicySpec,
+    /// What the session is for, as `lazaret status` shows it.
+    pub purpose: &'static str,
 }
 
 /// The shell of a tab. The writer is never dropped while the shell lives
@@ -140,6 +144,8 @@ pub struct Tab {
     control: Option<std::thread::JoinHandle<()>>,
     pub domain: Option<DomainStatus>,
     pub prompts: VecDeque<Pending>,
+    /// What the tab runs, and where.
+    pub launch: Launch,
     started: Instant,
 }
 
@@ -158,6 +164,7 @@ impl Tab {
         // Its own thread and runtime: the connection's progress callback is
         // not `Send`, and a tab's control stream lives as long as the tab.
         let title = launch.profile.clone();
+        let launch_copy = launch.clone();
         let launch = launch.clone();
         let failed = tx.clone();
         let control = std::thread::Builder::new()
@@ -191,6 +198,7 @@ impl Tab {
             control,
             domain: None,
             prompts: VecDeque::new(),
+            launch: launch_copy,
             started: Instant::now(),
         }
     }
@@ -279,6 +287,23 @@ impl Tab {
         Ok(())
     }
 
+    /// How the shell ended (`podman exec` passes the inner exit code on);
+    /// `None` when it never started or is still running after `patience`
+    /// (the PTY closes a moment before `podman exec` exits).
+    pub fn exit_code(&mut self, patience: Duration) -> Option<u8> {
+        let child = &mut self.pty.as_mut()?.child;
+        let deadline = Instant::now() + patience;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(status.exit_code().min(255) as u8),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// Bytes for the shell (typed keys, pastes).
     pub fn write(&self, bytes: &[u8]) {
         if bytes.is_empty() {
@@ -360,9 +385,14 @@ async fn control(
         }
     };
     let progress_tx = tx.clone();
-    let connected = client::connect(&launch.ctx, &session.hello("ui", true), true, &mut |step| {
-        let _ = progress_tx.send(Ev::Progress(id, step.to_string()));
-    })
+    let connected = client::connect(
+        &launch.ctx,
+        &session.hello(launch.purpose, true),
+        true,
+        &mut |step| {
+            let _ = progress_tx.send(Ev::Progress(id, step.to_string()));
+        },
+    )
     .await;
     let client = match connected {
         Ok(c) => c,

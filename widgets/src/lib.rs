@@ -9,7 +9,8 @@
 //! - [`modal`]: the approval modal for a Host Escalation request and its
 //!   command editor;
 //! - [`panels`]: sessions, network policy, escalation queue, audit trail,
-//!   tab bar, status line and help overlay;
+//!   tab bar, status line, help overlay and the new-tab dialog (profile
+//!   and workspace);
 //! - [`visible`]: hostile text made visible before a human reads it.
 
 pub mod keys;

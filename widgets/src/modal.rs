@@ -8,7 +8,7 @@
 //! seen all of it.
 
 mod editor;
-mod wrap;
+pub(crate) mod wrap;
 
 pub use editor::{CommandEditor, EditOutcome};
 

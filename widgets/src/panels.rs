@@ -1,12 +1,13 @@
 //! The workbench's panels, each a widget fed plain data: sessions, network
-//! policy, escalation queue, audit trail, plus the tab bar, the status line
-//! and the help overlay. Every string from outside (paths, commands,
-//! output, names) is made visible before it is drawn.
+//! policy, escalation queue, audit trail, plus the tab bar, the status line,
+//! the help overlay and the new-tab dialog. Every string from outside
+//! (paths, commands, output, names) is made visible before it is drawn.
 
 mod audit;
 mod escalations;
 mod help;
 mod network;
+mod new_tab;
 mod sessions;
 mod status;
 mod tabs;
@@ -15,6 +16,7 @@ pub use audit::{AuditEntry, AuditPanel};
 pub use escalations::{EscalationRow, EscalationStatus, EscalationsPanel};
 pub use help::{HelpOverlay, HelpSection, KeyBinding};
 pub use network::{NetworkPanel, RouteRow, Verdict};
+pub use new_tab::{FormOutcome, NewTabDialog, NewTabField, NewTabForm, ProfileChoice};
 pub use sessions::{SessionRow, SessionsPanel};
 pub use status::StatusLine;
 pub use tabs::{TabBar, TabInfo};
@@ -93,6 +95,17 @@ fn keep_end(text: &str, width: usize) -> String {
         tail.push(c);
     }
     std::iter::once('…').chain(tail.into_iter().rev()).collect()
+}
+
+/// `text` cut to at most `width` columns, keeping the start.
+fn keep_start(text: &str, width: usize) -> String {
+    let mut used = 0;
+    text.chars()
+        .take_while(|c| {
+            used += usize::from(c.encode_utf8(&mut [0; 4]).cell_width());
+            used <= width
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -175,6 +175,62 @@ fn escalations_panel() {
     assert!(!dump(&buf).contains('\u{1b}'));
 }
 
+/// With room, the panel shows the whole output of the selected request
+/// (else of the latest one that ended) under the table, made visible.
+#[test]
+fn escalations_panel_shows_a_result_below_the_table() {
+    let rows = vec![
+        EscalationRow {
+            id: "e-1".into(),
+            tab: "claude".into(),
+            age: Duration::from_secs(30),
+            command: "cargo test".into(),
+            status: EscalationStatus::Finished {
+                exit_code: 101,
+                output: "running 2 tests\ntest a ... ok\ntest b ... \u{1b}[31mFAILED\u{1b}[0m\n"
+                    .into(),
+            },
+        },
+        EscalationRow {
+            id: "e-2".into(),
+            tab: "claude".into(),
+            age: Duration::from_secs(5),
+            command: "whoami".into(),
+            status: EscalationStatus::Finished {
+                exit_code: 0,
+                output: "ana\n".into(),
+            },
+        },
+        EscalationRow {
+            id: "e-3".into(),
+            tab: "aider".into(),
+            age: Duration::from_secs(2),
+            command: "make".into(),
+            status: EscalationStatus::Pending,
+        },
+    ];
+    let draw = |selected| {
+        render(60, 14, |f| {
+            f.render_widget(
+                EscalationsPanel {
+                    rows: &rows,
+                    selected,
+                    focused: false,
+                },
+                f.area(),
+            );
+        })
+    };
+    let latest = dump(&draw(None));
+    assert!(
+        latest.contains("e-2 · exit 0") && latest.contains("|│ana"),
+        "{latest}"
+    );
+    let selected = draw(Some(0));
+    insta::assert_snapshot!("escalations_panel_selected_result", dump(&selected));
+    assert!(!dump(&selected).contains('\u{1b}'));
+}
+
 #[test]
 fn audit_panel_follows_the_newest_and_scrolls() {
     let entries: Vec<AuditEntry> = (0..8)
@@ -277,20 +333,28 @@ fn status_line() {
 }
 
 #[test]
-fn status_line_drops_a_message_that_would_cover_the_domain() {
-    let buf = render(40, 1, |f| {
-        f.render_widget(
-            StatusLine {
-                prefix: "C-a",
-                prefix_armed: false,
-                domain: Some("claude · ~/src/lazaret"),
-                message: Some("a long message that does not fit"),
-            },
-            f.area(),
-        );
-    });
-    assert!(row(&buf, 0).contains("~/src/lazaret"));
-    assert!(!row(&buf, 0).contains("message"));
+fn status_line_cuts_or_drops_a_message_rather_than_cover_the_domain() {
+    let line = |width| {
+        let buf = render(width, 1, |f| {
+            f.render_widget(
+                StatusLine {
+                    prefix: "C-a",
+                    prefix_armed: false,
+                    domain: Some("claude · ~/src/lazaret"),
+                    message: Some("a long message that does not fit"),
+                },
+                f.area(),
+            );
+        });
+        row(&buf, 0)
+    };
+    let narrow = line(40);
+    assert!(narrow.contains("~/src/lazaret"), "{narrow}");
+    assert!(!narrow.contains("message"), "{narrow}");
+    // With some room, the message is cut to it, never over the domain.
+    let wider = line(60);
+    assert!(wider.contains("~/src/lazaret "), "{wider}");
+    assert!(wider.ends_with(" a long message that… "), "{wider}");
 }
 
 fn help() -> Vec<HelpSection> {

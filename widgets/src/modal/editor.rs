@@ -45,6 +45,15 @@ impl CommandEditor {
         Self { textarea, original }
     }
 
+    /// A one-line field, such as a path: no soft wrapping, so a long text
+    /// scrolls sideways with the cursor kept in view; `placeholder` shows
+    /// while it is empty.
+    pub(crate) fn single_line(mut self, placeholder: &str) -> Self {
+        self.textarea.set_wrap_mode(WrapMode::None);
+        self.textarea.set_placeholder_text(placeholder);
+        self
+    }
+
     /// Handles one key: Enter submits, Esc cancels, everything else edits.
     pub fn handle_key(&mut self, key: KeyEvent) -> EditOutcome {
         if key.kind == KeyEventKind::Release {

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use ratatui::buffer::Buffer;
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget};
+use ratatui::widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget, Wrap};
 
 use super::{format_duration, panel_block, selected_style, shown};
 
@@ -142,6 +142,51 @@ impl Widget for EscalationsPanel<'_> {
             .header(header)
             .row_highlight_style(selected_style());
         let mut state = TableState::default().with_selected(self.selected);
-        StatefulWidget::render(table, inner, buf, &mut state);
+        // Below the table, when there is room: the whole output of the
+        // selected request, or else of the latest one that ended.
+        let shown_result = self
+            .selected
+            .and_then(|i| self.rows.get(i))
+            .or_else(|| self.rows.iter().rev().find(|r| result_text(r).is_some()))
+            .and_then(|r| result_text(r).map(|t| (r, t)));
+        let (table_area, detail_area) = match shown_result {
+            Some(_) if inner.height >= 8 => {
+                let table_rows = u16::try_from(self.rows.len() + 1)
+                    .unwrap_or(u16::MAX)
+                    .min(inner.height / 2);
+                let [t, d] =
+                    Layout::vertical([Constraint::Length(table_rows), Constraint::Fill(1)])
+                        .areas(inner);
+                (t, Some(d))
+            }
+            _ => (inner, None),
+        };
+        StatefulWidget::render(table, table_area, buf, &mut state);
+        if let (Some(area), Some((row, (title, body)))) = (detail_area, shown_result) {
+            let mut lines = vec![Line::from(Span::styled(
+                format!("── {} · {title} ", shown(&row.id)),
+                Style::new().add_modifier(Modifier::BOLD),
+            ))];
+            lines.extend(body.lines().map(|l| Line::raw(shown(l))));
+            Paragraph::new(lines)
+                .wrap(Wrap { trim: false })
+                .render(area, buf);
+        }
+    }
+}
+
+/// The heading and text of a request's result, once it has one.
+fn result_text(row: &EscalationRow) -> Option<(String, String)> {
+    match &row.status {
+        EscalationStatus::Finished { exit_code, output } => Some((
+            format!("exit {exit_code}"),
+            if output.trim().is_empty() {
+                "(no output)".to_string()
+            } else {
+                output.trim_end().to_string()
+            },
+        )),
+        EscalationStatus::Failed { error } => Some(("failed".into(), error.clone())),
+        _ => None,
     }
 }

@@ -63,18 +63,24 @@ impl Widget for StatusLine<'_> {
         let left_width = u16::try_from(left.width()).unwrap_or(u16::MAX);
         buf.set_line(area.x, area.y, &left, area.width);
         if let Some(message) = self.message {
-            let message = format!(" {} ", shown(message));
-            let width = u16::try_from(Span::raw(message.as_str()).width()).unwrap_or(u16::MAX);
-            // The message never covers the prefix and the domain.
-            if left_width + width <= area.width {
-                buf.set_stringn(
-                    area.right() - width,
-                    area.y,
-                    &message,
-                    usize::from(width),
-                    bar,
-                );
+            // The message never covers the prefix and the domain: it takes
+            // what is left, cut with an ellipsis when it must be.
+            let room = usize::from(area.width.saturating_sub(left_width));
+            let mut message = format!(" {} ", shown(message));
+            if Span::raw(message.as_str()).width() > room {
+                if room < 12 {
+                    return;
+                }
+                message = format!(" {}… ", super::keep_start(message.trim(), room - 3));
             }
+            let width = u16::try_from(Span::raw(message.as_str()).width()).unwrap_or(u16::MAX);
+            buf.set_stringn(
+                area.right() - width,
+                area.y,
+                &message,
+                usize::from(width),
+                bar,
+            );
         }
     }
 }
