@@ -481,6 +481,53 @@ fn version_1_fixture_is_what_the_v1_writer_makes() {
     assert_eq!(read(&path), read(&fixture("state-v1.redb")));
 }
 
+/// When its domain cannot start, `lazaret shell` gives the terminal back
+/// and says why there, with a failing exit code: no full screen left
+/// behind, nothing left running.
+#[test]
+fn shell_that_cannot_start_says_why_on_the_terminal() {
+    let d = Domain::new("gv");
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    d.s.write(
+        "config.toml",
+        &format!("{text}[profiles.missing]\nimage = \"localhost/lazaret/no-such-image:latest\"\n"),
+    );
+    let t = common::Tmux::start(
+        &d.ws(),
+        100,
+        30,
+        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+        &format!(
+            "sh -c {}",
+            common::shell_quote(&format!(
+                "{} --config {} shell missing; echo RC=$?; sleep 60",
+                common::lazaret_bin().display(),
+                config.display()
+            ))
+        ),
+    );
+    let s = t.wait_for(120, "the error on the terminal", |s| s.contains("RC="));
+    assert!(s.contains("RC=1"), "{s}");
+    assert!(s.contains("no-such-image"), "{s}");
+    // Back on the normal screen: the pane's status line is gone.
+    assert!(!s.contains("? help"), "{s}");
+    // The failed domain left nothing behind.
+    let hash = lazaret::domain::DomainAnchor::new("missing", &d.ws())
+        .unwrap()
+        .hash()
+        .to_string();
+    let out = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=lazaret.domain={hash}"),
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(common::text(&out).0.trim(), "", "containers left behind");
+}
+
 /// `lazaret shell` in a real terminal (tmux): an interactive shell in the
 /// sandbox, in Lazaret's pane (the terminal less the status line),
 /// following a resize; its exit code is lazaret's, and leaving it tears the

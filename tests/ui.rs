@@ -178,8 +178,8 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
 }
 
 /// The panels, the prefix key's own commands, and a runtime that is not
-/// gVisor shown loudly; Q in the modal aborts the tab, and with the UI's
-/// last session the domain goes.
+/// gVisor shown loudly; Q in the modal aborts the UI, all its sessions, and
+/// with them the domain.
 #[test]
 fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     let d = Domain::new("rc");
@@ -194,11 +194,11 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     // The help overlay lists the bindings; any key closes it.
     t.send(&["C-a", "?"]);
     t.wait_for(20, "the help overlay", |s| {
-        s.contains("abort: deny and close this tab")
+        s.contains("abort: deny, then quit")
     });
     t.send(&["Escape"]);
     t.wait_for(20, "the help overlay to close", |s| {
-        !s.contains("abort: deny and close this tab")
+        !s.contains("abort: deny, then quit")
     });
 
     // The prefix twice sends it to the shell (Ctrl-a: start of line).
@@ -286,7 +286,14 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     assert!(s.contains("NOT gVisor"), "{s}");
     t.send(&["C-a", "s"]);
 
-    // Q aborts: the request is denied and the tab, the UI's only one, closes.
+    // Q aborts (spec §5.2): the request is denied and the UI ends, every
+    // session of it (a second tab too), and with the last the domain.
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
+    t.send(&["Enter"]);
+    t.wait_for(60, "the second tab's shell", |s| {
+        s.lines().next().unwrap_or("").contains("2:rc") && s.contains("root@")
+    });
     t.line(&format!("clear; {ESC} --justify step-abort -- whoami"));
     t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
     t.send(&["q"]);

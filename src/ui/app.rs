@@ -958,7 +958,10 @@ impl App {
             Verdict::Abort => format!("tab {title}: aborted"),
         });
         if verdict == Verdict::Abort {
-            self.close_tab(self.focus);
+            // Spec §5.2: abort ends the orchestrator, gracefully: every
+            // session of this UI closes (their other requests are denied by
+            // the coordinator), and with the last one the domain goes.
+            self.quit = true;
         }
         true
     }
@@ -985,8 +988,8 @@ impl App {
                 b(
                     "Q".into(),
                     match self.mode {
-                        Mode::Workbench => "abort: deny and close this tab",
-                        Mode::Shell => "abort: deny and end this shell",
+                        Mode::Workbench => "abort: deny, then quit (ends every session of this UI)",
+                        Mode::Shell => "abort: deny, then end this shell",
                     },
                 ),
                 b("Up / Down / PgUp / PgDn".into(), "scroll the request"),
