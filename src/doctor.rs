@@ -12,7 +12,7 @@ use std::time::Duration;
 use wait_timeout::ChildExt;
 
 use crate::host::HostEnv;
-use crate::install::{ESCALATE_BINARY, SIDECAR_BINARY, find_helper, which};
+use crate::install::{ESCALATE_BINARY, SIDECAR_BINARY, dynamic_helpers, find_helper, which};
 use crate::rundir::RuntimeDir;
 
 /// The oldest runsc build known to work here (decisions.md, environment notes).
@@ -365,9 +365,22 @@ fn helpers_check() -> Check {
             .collect();
         Outcome::Pass(found.join(", "))
     } else {
+        let passed_over: Vec<String> = missing
+            .iter()
+            .flat_map(|b| dynamic_helpers(b))
+            .map(|p| p.display().to_string())
+            .collect();
+        let note = if passed_over.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; passed over, dynamically linked: {}",
+                passed_over.join(", ")
+            )
+        };
         fail(
             format!(
-                "{} not found (looked next to lazaret and in /usr/local/lib/lazaret)",
+                "{} not found as a static binary (looked next to lazaret and in /usr/local/lib/lazaret){note}",
                 missing.join(" and ")
             ),
             SETUP,

@@ -11,8 +11,12 @@ pub const ESCALATE_BINARY: &str = "lazaret-escalate";
 /// `scripts/setup`.
 pub fn helper_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("LAZARET_LIBEXEC_DIR") {
-        dirs.push(PathBuf::from(d));
+    // Absolute only: an empty or relative value would search the current
+    // folder, which may be the agent's workspace.
+    if let Some(d) = std::env::var_os("LAZARET_LIBEXEC_DIR").map(PathBuf::from)
+        && d.is_absolute()
+    {
+        dirs.push(d);
     }
     if let Some(d) = std::env::current_exe()
         .ok()
@@ -25,12 +29,44 @@ pub fn helper_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// The first executable file called `name` in [`helper_dirs`].
+/// The first static executable called `name` in [`helper_dirs`]. The
+/// helpers run in containers without a dynamic loader, so a dynamically
+/// linked build (e.g. `target/release/lazaret-sidecar` beside a
+/// `cargo build` of lazaret) is passed over: it could not start there.
 pub fn find_helper(name: &str) -> Option<PathBuf> {
     helper_dirs()
         .into_iter()
         .map(|d| d.join(name))
-        .find(|p| is_executable(p))
+        .find(|p| is_executable(p) && is_static_elf(p))
+}
+
+/// Helpers called `name` that [`find_helper`] passes over because they
+/// are dynamically linked (for `doctor`).
+pub fn dynamic_helpers(name: &str) -> Vec<PathBuf> {
+    helper_dirs()
+        .into_iter()
+        .map(|d| d.join(name))
+        .filter(|p| is_executable(p) && !is_static_elf(p))
+        .collect()
+}
+
+/// An ELF file without a program interpreter (`PT_INTERP`): it needs no
+/// dynamic loader, so it runs alone in an otherwise empty image.
+pub fn is_static_elf(path: &Path) -> bool {
+    use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data.as_slice()) else {
+        return false;
+    };
+    let endian = elf.endian();
+    match elf.elf_header().program_headers(endian, data.as_slice()) {
+        Ok(headers) => !headers
+            .iter()
+            .any(|h| h.p_type(endian) == object::elf::PT_INTERP),
+        Err(_) => false,
+    }
 }
 
 /// Looks `name` up on `$PATH`, like a shell would.
@@ -44,4 +80,18 @@ pub fn which(name: &str) -> Option<PathBuf> {
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynamic_executables_are_not_static() {
+        // The test binary itself is dynamically linked (the default target).
+        let me = std::env::current_exe().unwrap();
+        assert!(!is_static_elf(&me), "{}", me.display());
+        assert!(!is_static_elf(Path::new("/etc/passwd")));
+        assert!(!is_static_elf(Path::new("/no/such/file")));
+    }
 }

@@ -104,3 +104,28 @@ fn missing_fuse_overlayfs_is_reported_with_its_fix() {
         "{stdout}"
     );
 }
+
+/// The helpers run alone in containers without a dynamic loader: a
+/// dynamically linked build first in the search path (as `cargo build`
+/// leaves one beside `lazaret`) is passed over for the installed static one.
+#[test]
+fn dynamic_helper_builds_are_passed_over() {
+    let s = Scratch::new();
+    let libexec = s.mkdir("libexec");
+    // A dynamically linked executable, named like the sidecar.
+    std::fs::copy("/bin/true", libexec.join("lazaret-sidecar")).unwrap();
+    let mut cmd = lazaret(&home(), &s.path(), STANDARD_PATH, &["doctor"]);
+    cmd.env("LAZARET_LIBEXEC_DIR", &libexec);
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = text(&out);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("helper binaries"))
+        .unwrap_or_else(|| panic!("no helper line:\n{stdout}{stderr}"));
+    assert!(line.starts_with("ok"), "{line}");
+    assert!(
+        line.contains("/usr/local/lib/lazaret/lazaret-sidecar"),
+        "{line}"
+    );
+    assert!(!line.contains(&libexec.display().to_string()), "{line}");
+}

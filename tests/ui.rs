@@ -125,7 +125,7 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-approve"));
     assert!(s.contains("whoami"), "{s}");
     // The tab bar carries a badge for the pending request.
-    assert!(s.lines().next().unwrap_or("").contains("2:gv  !1"), "{s}");
+    assert!(s.lines().next().unwrap_or("").contains("2:gv-2  !1"), "{s}");
     t.send(&["a"]);
     let s = t.wait_for(20, "the approved result", |s| s.contains("A-EXIT=0"));
     let expected = common::test_user().map_or_else(
@@ -164,7 +164,7 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     // The shell's own end closes its tab; the first tab is still alive.
     t.line("exit");
     t.wait_for(20, "the second tab to close", |s| {
-        !s.lines().next().unwrap_or("").contains("2:gv")
+        !s.lines().next().unwrap_or("").contains("2:gv-2")
     });
     t.line("clear; echo BACK-$((8*8))");
     t.wait_for(20, "the first shell again", |s| s.contains("BACK-64"));

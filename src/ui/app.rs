@@ -272,7 +272,13 @@ impl App {
         let (rows, cols) = self.pane_size();
         let id = self.next_id;
         self.next_id += 1;
-        let tab = Tab::start(id, launch, rows, cols, self.tx.clone());
+        let mut tab = Tab::start(id, launch, rows, cols, self.tx.clone());
+        // Tabs of one profile are told apart: claude, claude-2, claude-3.
+        let taken = |name: &str| self.tabs.iter().any(|t| t.title == name);
+        if taken(&tab.title) {
+            let n = (2..).find(|n| !taken(&format!("{}-{n}", tab.title)));
+            tab.title = format!("{}-{}", tab.title, n.unwrap_or(2));
+        }
         self.tabs.push(tab);
         self.focus = self.tabs.len() - 1;
         self.dirty = true;
@@ -907,7 +913,7 @@ impl App {
                 match key.code {
                     KeyCode::Char('a' | 'A') => Verdict::Approve,
                     KeyCode::Char('d' | 'D') => {
-                        p.mode = ModalMode::Reason(CommandEditor::new(""));
+                        p.mode = ModalMode::Reason(CommandEditor::reason());
                         return true;
                     }
                     KeyCode::Char('e' | 'E') => {
@@ -1155,6 +1161,7 @@ impl App {
                     (Some(d), _) if !d.gvisor => {
                         format!(" {} · NOT gVisor: {} ", tab.title, d.runtime)
                     }
+                    (Some(d), _) if d.profile == tab.title => format!(" {} ", tab.title),
                     (Some(d), _) => format!(" {} · {} ", tab.title, d.profile),
                     (None, _) => format!(" {} · booting ", tab.title),
                 };
@@ -1177,23 +1184,10 @@ impl App {
                     f.render_widget(pane, areas.pane);
                 });
                 if let Some(p) = tab.prompts.front_mut() {
-                    let mut request = p.request.clone();
                     let modal = match &p.mode {
                         ModalMode::Reading => ApprovalModal::new(&p.request),
-                        ModalMode::Editing(ed) => {
-                            request.note = Some(
-                                "edit the command: Enter approves it (re-checked), Esc goes back"
-                                    .into(),
-                            );
-                            ApprovalModal::new(&request).editing(ed)
-                        }
-                        ModalMode::Reason(ed) => {
-                            request.note = Some(
-                                "deny: type a reason for the agent (optional), Enter sends, Esc goes back"
-                                    .into(),
-                            );
-                            ApprovalModal::new(&request).editing(ed)
-                        }
+                        ModalMode::Editing(ed) => ApprovalModal::new(&p.request).editing(ed),
+                        ModalMode::Reason(ed) => ApprovalModal::new(&p.request).denying(ed),
                     };
                     f.render_stateful_widget(modal, areas.pane, &mut p.view);
                 }

@@ -233,12 +233,12 @@ pub fn run(
     }
 }
 
-/// The rule behind a route, short enough for a side panel: where it was
-/// written first (a `file:line:col`, or the live edit that made it).
+/// The rule behind a route, short enough for a side panel: the key, then
+/// where it was written (`config.toml:40:17`, or the live edit that made it).
 fn rule_text(source: &lazaret_sidecar::policy::Source) -> String {
     use lazaret_sidecar::policy::Source;
     let with = |origin: &Option<String>, kind: &str| match origin {
-        Some(o) => format!("{o} · {kind}"),
+        Some(o) => format!("{kind} · {}", o.rsplit('/').next().unwrap_or(o)),
         None => kind.to_string(),
     };
     match source {

@@ -80,7 +80,16 @@ impl ApprovalView {
 #[derive(Clone, Copy, Debug)]
 pub struct ApprovalModal<'a> {
     request: &'a ApprovalRequest,
-    editor: Option<&'a CommandEditor>,
+    editor: Option<(&'a CommandEditor, EditPurpose)>,
+}
+
+/// What the editor of the modal is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EditPurpose {
+    /// E: the command, approved (after a re-check) on Enter.
+    Command,
+    /// D: an optional reason for the agent, sent with the denial on Enter.
+    DenyReason,
 }
 
 impl<'a> ApprovalModal<'a> {
@@ -94,7 +103,14 @@ impl<'a> ApprovalModal<'a> {
     /// Shows `editor` (edit mode) instead of the read-only body.
     #[must_use]
     pub fn editing(mut self, editor: &'a CommandEditor) -> Self {
-        self.editor = Some(editor);
+        self.editor = Some((editor, EditPurpose::Command));
+        self
+    }
+
+    /// Shows `editor` as the reason of a denial being written.
+    #[must_use]
+    pub fn denying(mut self, editor: &'a CommandEditor) -> Self {
+        self.editor = Some((editor, EditPurpose::DenyReason));
         self
     }
 }
@@ -248,7 +264,7 @@ impl StatefulWidget for ApprovalModal<'_> {
     fn render(self, area: Rect, buf: &mut Buffer, state: &mut ApprovalView) {
         let area = area.intersection(buf.area);
         match self.editor {
-            Some(editor) => render_editing(self.request, editor, area, buf),
+            Some((editor, purpose)) => render_editing(self.request, editor, purpose, area, buf),
             None => render_request(self.request, area, buf, state),
         }
     }
@@ -334,14 +350,20 @@ fn render_request(
     Paragraph::new(footer_lines).render(footer_rect, buf);
 }
 
-fn render_editing(request: &ApprovalRequest, editor: &CommandEditor, area: Rect, buf: &mut Buffer) {
+fn render_editing(
+    request: &ApprovalRequest,
+    editor: &CommandEditor,
+    purpose: EditPurpose,
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let inner_width = modal_width(area).saturating_sub(2);
     if inner_width == 0 {
         Clear.render(area, buf);
         return;
     }
     let shell = if request.via_shell { "YES" } else { "no" };
-    let header = field(
+    let mut header = field(
         "Profile",
         &[Span::raw(format!(
             "{} · shell: {shell}",
@@ -349,18 +371,28 @@ fn render_editing(request: &ApprovalRequest, editor: &CommandEditor, area: Rect,
         ))],
         inner_width,
     );
-    let footer = hints(
-        &[
+    let (title, enter) = match purpose {
+        EditPurpose::Command => (
+            "Edit command",
             ("Enter", "approve & run edited", Color::Green),
-            ("Esc", "back", Color::Cyan),
-        ],
-        inner_width,
-    );
+        ),
+        EditPurpose::DenyReason => {
+            // What is being denied stays in view, and what Enter does.
+            let (command, _) = visible_spans(&request.command, command_style());
+            header.extend(field("Denying", &command, inner_width));
+            header.push(Line::from(Span::styled(
+                "Reason for the agent (optional):",
+                label_style(),
+            )));
+            ("Deny", ("Enter", "deny with this reason", Color::Red))
+        }
+    };
+    let footer = hints(&[enter, ("Esc", "back", Color::Cyan)], inner_width);
     let edit_rows = editor.display_rows(inner_width).max(3);
     let rect = modal_rect(area, header.len() + edit_rows + 1 + footer.len());
     Clear.render(rect, buf);
     let block = frame_block(format!(
-        " Edit command · request {} ",
+        " {title} · request {} ",
         make_visible(&request.id).0
     ));
     let inner = block.inner(rect);

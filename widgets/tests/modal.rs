@@ -141,6 +141,46 @@ fn edit_mode() {
     assert_eq!(editor.text(), "git push origin main --dry-run");
 }
 
+/// D: the reason editor says what is denied and that Enter denies.
+#[test]
+fn deny_reason_mode() {
+    let request = ApprovalRequest {
+        id: "e-17".into(),
+        profile: "claude".into(),
+        justification: "Publishing needs the registry token.".into(),
+        command: "cargo publish -p lazaret-widgets".into(),
+        via_shell: false,
+        note: None,
+    };
+    let mut editor = CommandEditor::reason();
+    let mut view = ApprovalView::new();
+    let empty = render(80, 16, |f| {
+        pane_below(f);
+        f.render_stateful_widget(
+            ApprovalModal::new(&request).denying(&editor),
+            f.area(),
+            &mut view,
+        );
+    });
+    let text = dump(&empty);
+    assert!(text.contains("Deny · request e-17"), "{text}");
+    assert!(text.contains("[Enter] deny with this reason"), "{text}");
+    assert!(!text.contains("approve"), "{text}");
+    for c in "use the staging registry".chars() {
+        editor.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+    let typed = render(80, 16, |f| {
+        pane_below(f);
+        f.render_stateful_widget(
+            ApprovalModal::new(&request).denying(&editor),
+            f.area(),
+            &mut view,
+        );
+    });
+    insta::assert_snapshot!(dump(&typed));
+    assert_eq!(editor.text(), "use the staging registry");
+}
+
 #[test]
 fn small_terminal() {
     let request = hostile();

@@ -45,6 +45,15 @@ impl CommandEditor {
         Self { textarea, original }
     }
 
+    /// An empty editor for the reason of a denial.
+    pub fn reason() -> Self {
+        let mut editor = Self::new("");
+        editor
+            .textarea
+            .set_placeholder_text("none: the agent is told it was denied");
+        editor
+    }
+
     /// A one-line field, such as a path: no soft wrapping, so a long text
     /// scrolls sideways with the cursor kept in view; `placeholder` shows
     /// while it is empty.

@@ -120,12 +120,14 @@ impl Widget for EscalationsPanel<'_> {
             .render(inner, buf);
             return;
         }
+        // The status gets as much room as the command: "exit 127" must
+        // never be cut to "exit 12".
         let widths = [
             Constraint::Length(8),
-            Constraint::Length(10),
+            Constraint::Length(9),
             Constraint::Length(6),
-            Constraint::Fill(3),
-            Constraint::Fill(2),
+            Constraint::Fill(1),
+            Constraint::Fill(1),
         ];
         let header = Row::new(["ID", "TAB", "AGE", "COMMAND", "STATUS"])
             .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
@@ -164,7 +166,10 @@ impl Widget for EscalationsPanel<'_> {
         StatefulWidget::render(table, table_area, buf, &mut state);
         if let (Some(area), Some((row, (title, body)))) = (detail_area, shown_result) {
             let mut lines = vec![Line::from(Span::styled(
-                format!("── {} · {title} ", shown(&row.id)),
+                format!(
+                    "── {} · {title} ",
+                    shown(&row.id).chars().take(8).collect::<String>()
+                ),
                 Style::new().add_modifier(Modifier::BOLD),
             ))];
             lines.extend(body.lines().map(|l| Line::raw(shown(l))));

@@ -47,11 +47,15 @@ impl<'a> SessionsPanel<'a> {
 }
 
 const SPACING: u16 = 1;
+/// Below this inner width each domain takes two lines instead of a table
+/// row, so nothing is cut to unreadable stubs.
+const NARROW: u16 = 80;
 
 impl Widget for SessionsPanel<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         let unsafe_count = self.rows.iter().filter(|r| !r.gvisor).count();
-        let mut title = format!(" Sessions · {} domains ", self.rows.len());
+        let n = self.rows.len();
+        let mut title = format!(" Sessions · {n} domain{} ", if n == 1 { "" } else { "s" });
         if unsafe_count > 0 {
             title = format!("{title}· {unsafe_count} NOT gVisor ");
         }
@@ -67,6 +71,10 @@ impl Widget for SessionsPanel<'_> {
             return;
         }
 
+        if inner.width < NARROW {
+            render_narrow(self.rows, self.selected, inner, buf);
+            return;
+        }
         let runtime_width = self
             .rows
             .iter()
@@ -101,17 +109,7 @@ impl Widget for SessionsPanel<'_> {
         ])
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
         let rows = self.rows.iter().map(|r| {
-            let runtime = if r.gvisor {
-                Span::styled(runtime_label(r), Style::new().fg(Color::Green))
-            } else {
-                Span::styled(
-                    runtime_label(r),
-                    Style::new()
-                        .fg(Color::White)
-                        .bg(Color::Red)
-                        .add_modifier(Modifier::BOLD),
-                )
-            };
+            let runtime = runtime_span(r);
             Row::new([
                 Cell::from(shown(&r.domain)),
                 Cell::from(shown(&r.profile)),
@@ -129,6 +127,59 @@ impl Widget for SessionsPanel<'_> {
             .row_highlight_style(selected_style());
         let mut state = TableState::default().with_selected(self.selected);
         StatefulWidget::render(table, inner, buf, &mut state);
+    }
+}
+
+/// Two lines per domain: what it is and how it runs, then its workspace.
+fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: &mut Buffer) {
+    let width = usize::from(area.width);
+    let mut lines = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let runtime = runtime_span(r);
+        let sessions = match r.sessions {
+            1 => "1 session".to_string(),
+            n => format!("{n} sessions"),
+        };
+        let mut first = Line::from(vec![
+            Span::styled(shown(&r.domain), Style::new().add_modifier(Modifier::BOLD)),
+            Span::raw(" "),
+            Span::raw(shown(&r.profile)),
+            Span::raw(" "),
+            runtime,
+            Span::styled(
+                format!(" · {sessions} · up {}", format_duration(r.uptime)),
+                Style::new().fg(Color::DarkGray),
+            ),
+        ]);
+        let mut second = Line::from(Span::styled(
+            format!(
+                "  {}",
+                keep_end(&shown(&r.workspace), width.saturating_sub(2))
+            ),
+            Style::new().fg(Color::DarkGray),
+        ));
+        if selected == Some(i) {
+            first = first.style(selected_style());
+            second = second.style(selected_style());
+        }
+        lines.push(first);
+        lines.push(second);
+    }
+    Paragraph::new(lines).render(area, buf);
+}
+
+/// The runtime, green under gVisor, white on red otherwise.
+fn runtime_span(row: &SessionRow) -> Span<'static> {
+    if row.gvisor {
+        Span::styled(runtime_label(row), Style::new().fg(Color::Green))
+    } else {
+        Span::styled(
+            runtime_label(row),
+            Style::new()
+                .fg(Color::White)
+                .bg(Color::Red)
+                .add_modifier(Modifier::BOLD),
+        )
     }
 }
 
