@@ -80,6 +80,21 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
         s.contains("starting the shell") && s.contains("root@")
     });
     assert!(s.contains("connecting to gv"), "{s}");
+    // Every boot step, in order, however fast they came.
+    let mut at = 0;
+    for step in [
+        "starting",
+        "preparing the Network Sidecar image",
+        "starting the Network Sidecar",
+        "mounting the State Anchor",
+        "starting the Agent Sandbox",
+        "] ready",
+        "starting the shell",
+    ] {
+        let found = s[at..].find(step);
+        assert!(found.is_some(), "no step `{step}` after byte {at}:\n{s}");
+        at += found.unwrap_or(0) + step.len();
+    }
     // The status line shows the prefix and the domain, under gVisor.
     assert!(s.contains("C-a"), "{s}");
     assert!(s.contains(&format!("gv {} · gVisor", d.hash)), "{s}");

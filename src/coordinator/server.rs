@@ -31,7 +31,7 @@ const ORPHAN_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Boot {
-    Booting(String),
+    Booting,
     Ready,
     Failed(String),
 }
@@ -42,6 +42,9 @@ struct Shared {
     store: Arc<Store>,
     started: Instant,
     boot: watch::Receiver<Boot>,
+    /// Every boot step so far: the watch above keeps only the latest, and
+    /// a session shows them all, whenever it attached.
+    boot_log: Mutex<Vec<String>>,
     sandbox: Mutex<Option<Sandbox>>,
     /// Live sessions that hold the domain up, by connection number.
     sessions: Mutex<BTreeMap<u64, LiveSession>>,
@@ -243,7 +246,7 @@ async fn serve(
         let _ = std::fs::set_permissions(&control_socket, std::fs::Permissions::from_mode(0o600));
     }
     log(&format!("listening on {}", control_socket.display()));
-    let (boot_tx, boot_rx) = watch::channel(Boot::Booting("starting".into()));
+    let (boot_tx, boot_rx) = watch::channel(Boot::Booting);
     let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         engine,
@@ -251,6 +254,7 @@ async fn serve(
         store,
         started: Instant::now(),
         boot: boot_rx,
+        boot_log: Mutex::new(vec!["starting".into()]),
         sandbox: Mutex::new(None),
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
@@ -280,7 +284,9 @@ async fn serve(
             let tx = boot_tx.clone();
             let result = tokio::task::spawn_blocking(move || {
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
-                    let _ = tx.send(Boot::Booting(step.to_string()));
+                    // Logged before the wake-up, so a woken session finds it.
+                    s2.boot_log.lock().expect("lock").push(step.to_string());
+                    let _ = tx.send(Boot::Booting);
                 })
             })
             .await;
@@ -355,7 +361,7 @@ async fn serve(
     // Never tear down under a boot still in progress.
     let mut boot = shared.boot.clone();
     let _ = tokio::time::timeout(Duration::from_secs(300), async {
-        while matches!(*boot.borrow_and_update(), Boot::Booting(_)) {
+        while matches!(*boot.borrow_and_update(), Boot::Booting) {
             if boot.changed().await.is_err() {
                 break;
             }
@@ -557,10 +563,17 @@ async fn serve_session(
     stream: &mut UnixStream,
     mut human: Option<mpsc::UnboundedReceiver<ToHuman>>,
 ) -> Result<(), FrameError> {
-    // Wait for the boot, forwarding progress.
+    // Wait for the boot, forwarding every step (the state first: a step
+    // is logged before the state that follows it is published).
     let mut boot = shared.boot.clone();
+    let mut sent = 0;
     loop {
         let state = boot.borrow_and_update().clone();
+        let steps: Vec<String> = shared.boot_log.lock().expect("lock")[sent..].to_vec();
+        sent += steps.len();
+        for step in steps {
+            write_frame(stream, &CoordMsg::Progress { step }).await?;
+        }
         match state {
             Boot::Ready => break,
             Boot::Failed(message) => {
@@ -573,7 +586,7 @@ async fn serve_session(
                 .await?;
                 return Ok(());
             }
-            Boot::Booting(step) => write_frame(stream, &CoordMsg::Progress { step }).await?,
+            Boot::Booting => {}
         }
         if boot.changed().await.is_err() {
             return Ok(());
