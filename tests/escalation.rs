@@ -209,7 +209,10 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
 /// sits indented under the modal's border; the typed command line, which
 /// also holds `why`, never looks like that).
 fn modal_with(s: &str, why: &str) -> bool {
-    s.contains("Host escalation request") && s.contains(&format!("┃  {why}"))
+    s.contains("Host escalation request")
+        && s.contains(&format!("┃  {why}"))
+        // Armed: past the moment it holds keys after coming into view.
+        && s.contains("[A] approve")
 }
 
 /// A real human in a real terminal: `lazaret shell` runs in Lazaret's own

@@ -68,7 +68,10 @@ fn start_ui(d: &Domain, cols: u16, rows: u16) -> common::Tmux {
 /// sits indented under the modal's border; the typed command line, which
 /// also holds `why`, never looks like that).
 fn modal_with(s: &str, why: &str) -> bool {
-    s.contains("Host escalation request") && s.contains(&format!("┃  {why}"))
+    s.contains("Host escalation request")
+        && s.contains(&format!("┃  {why}"))
+        // Armed: past the moment it holds keys after coming into view.
+        && s.contains("[A] approve")
 }
 
 #[test]
@@ -133,16 +136,28 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     t.line("clear; echo T2-$((7*7))");
     t.wait_for(20, "the second shell's output", |s| s.contains("T2-49"));
 
-    // Approve with the key: the modal opens over the pane that asked.
+    // Approve with the key: the modal opens over the pane that asked. For
+    // a moment it holds keys, so typing meant for the shell (`a` of `cat`)
+    // neither answers it nor reaches the shell.
     t.line(&format!(
         "clear; {ESC} --justify step-approve -- whoami; echo A-EXIT=$?"
     ));
+    t.wait_for(20, "the held modal", |s| s.contains("keys held a moment"));
+    t.send(&["-l", "ca"]);
     let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-approve"));
+    assert!(
+        !s.contains("A-EXIT"),
+        "a held key answered the request:\n{s}"
+    );
     assert!(s.contains("whoami"), "{s}");
     // The tab bar carries a badge for the pending request.
     assert!(s.lines().next().unwrap_or("").contains("2:gv-2  !1"), "{s}");
     t.send(&["a"]);
     let s = t.wait_for(20, "the approved result", |s| s.contains("A-EXIT=0"));
+    assert!(
+        !s.lines().any(|l| l.trim_end().ends_with("# ca")),
+        "held keys reached the shell:\n{s}"
+    );
     let expected = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
         |u| u.name.clone(),

@@ -1214,6 +1214,13 @@ fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
             "`{program}` is a path; auto-approve entries name a bare program, resolved on a fixed trusted PATH"
         ));
     }
+    if program.contains('=') {
+        // `FOO=1 cmd` is an environment assignment to a shell; requests run
+        // without one, so such an entry could never match: say so.
+        return Err(format!(
+            "`{program}` is an environment assignment, not a program; auto-approve entries start with a bare program name"
+        ));
+    }
     if let Some(reason) = banned_auto_approve_reason(program) {
         return Err(format!(
             "`{program}` can run arbitrary or workspace-controlled code ({reason}) and may never be auto-approved; remove it (such requests can still be approved by hand)"
@@ -1246,6 +1253,11 @@ mod tests {
             check_auto_approve("./ls")
                 .unwrap_err()
                 .contains("bare program")
+        );
+        assert!(
+            check_auto_approve("LANG=C ls")
+                .unwrap_err()
+                .contains("environment assignment")
         );
         assert!(check_auto_approve("ls; id").is_err());
         assert!(check_auto_approve("ls\u{202E}").is_err());

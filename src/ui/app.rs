@@ -66,6 +66,11 @@ enum Panel {
 /// ages move on.
 const PANEL_REFRESH: Duration = Duration::from_secs(2);
 
+/// How long the approval modal ignores keys after it comes into view, so
+/// that typing meant for the shell (an agent can time its request to catch
+/// it) never answers a request.
+pub const MODAL_ARM: Duration = Duration::from_millis(800);
+
 /// A line the human is typing in the status line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InputKind {
@@ -119,6 +124,10 @@ pub struct App {
     panel: Option<Panel>,
     /// When an open panel is read again.
     next_refresh: Option<Instant>,
+    /// When to draw again though nothing changed (a modal arming).
+    redraw_at: Option<Instant>,
+    /// The modal last drawn: (tab, request); another one is held anew.
+    shown_modal: Option<(u64, String)>,
     domains: Vec<DomainStatus>,
     /// The live table of a domain (by hash), for the network panel.
     network: Option<(String, NetTable)>,
@@ -190,6 +199,8 @@ impl App {
             new_tab: None,
             panel: None,
             next_refresh: None,
+            redraw_at: None,
+            shown_modal: None,
             domains: Vec::new(),
             network: None,
             exit_code: None,
@@ -356,10 +367,10 @@ impl App {
         let mut last = Instant::now() - FRAME;
         while !self.quit {
             let frame = self.dirty.then(|| last + FRAME);
-            let wake = match (frame, self.next_refresh) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let wake = [frame, self.next_refresh, self.redraw_at]
+                .into_iter()
+                .flatten()
+                .min();
             let ev = match wake {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                     Ok(ev) => Some(ev),
@@ -385,6 +396,10 @@ impl App {
                 None => {
                     if self.next_refresh.is_some_and(|t| t <= Instant::now()) {
                         self.refresh_panel();
+                    }
+                    if self.redraw_at.is_some_and(|t| t <= Instant::now()) {
+                        self.redraw_at = None;
+                        self.dirty = true;
                     }
                 }
             }
@@ -910,6 +925,10 @@ impl App {
                 {
                     return false;
                 }
+                if p.opened.is_none_or(|t| t.elapsed() < MODAL_ARM) {
+                    // Held: swallowed, neither an answer nor shell input.
+                    return true;
+                }
                 match key.code {
                     KeyCode::Char('a' | 'A') => Verdict::Approve,
                     KeyCode::Char('d' | 'D') => {
@@ -1149,6 +1168,8 @@ impl App {
         let panel = self.panel;
         let audit = &self.audit;
         let tabs = &mut self.tabs;
+        let shown_modal = &mut self.shown_modal;
+        let redraw_at = &mut self.redraw_at;
         let mut cursor_style = None;
         term.draw(|f| {
             if mode == Mode::Workbench {
@@ -1184,12 +1205,24 @@ impl App {
                     f.render_widget(pane, areas.pane);
                 });
                 if let Some(p) = tab.prompts.front_mut() {
+                    let key = (tab.id, p.prompt.request_id.clone());
+                    if shown_modal.as_ref() != Some(&key) {
+                        p.opened = Some(Instant::now());
+                        *shown_modal = Some(key);
+                    }
+                    let held_until = p.opened.map(|t| t + MODAL_ARM);
+                    let held = held_until.is_some_and(|t| t > Instant::now());
+                    if held {
+                        *redraw_at = held_until;
+                    }
                     let modal = match &p.mode {
-                        ModalMode::Reading => ApprovalModal::new(&p.request),
+                        ModalMode::Reading => ApprovalModal::new(&p.request).held(held),
                         ModalMode::Editing(ed) => ApprovalModal::new(&p.request).editing(ed),
                         ModalMode::Reason(ed) => ApprovalModal::new(&p.request).denying(ed),
                     };
                     f.render_stateful_widget(modal, areas.pane, &mut p.view);
+                } else {
+                    *shown_modal = None;
                 }
             }
             if let (Some(panel), Some(area)) = (panel, areas.panel) {

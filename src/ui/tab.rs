@@ -109,6 +109,9 @@ pub struct Pending {
     pub request: ApprovalRequest,
     pub view: ApprovalView,
     pub mode: ModalMode,
+    /// When the modal was last put in front of the human (keys are held
+    /// for a moment after that).
+    pub opened: Option<Instant>,
 }
 
 impl Pending {
@@ -126,6 +129,7 @@ impl Pending {
             request,
             view: ApprovalView::new(),
             mode: ModalMode::Reading,
+            opened: None,
         }
     }
 }

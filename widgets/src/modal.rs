@@ -81,6 +81,7 @@ impl ApprovalView {
 pub struct ApprovalModal<'a> {
     request: &'a ApprovalRequest,
     editor: Option<(&'a CommandEditor, EditPurpose)>,
+    held: bool,
 }
 
 /// What the editor of the modal is for.
@@ -97,7 +98,17 @@ impl<'a> ApprovalModal<'a> {
         Self {
             request,
             editor: None,
+            held: false,
         }
+    }
+
+    /// The keys are not taken yet (the modal just opened): the hints say
+    /// so instead of offering A/D/E/Q, so that typing meant for the shell
+    /// cannot answer the request.
+    #[must_use]
+    pub fn held(mut self, held: bool) -> Self {
+        self.held = held;
+        self
     }
 
     /// Shows `editor` (edit mode) instead of the read-only body.
@@ -265,7 +276,7 @@ impl StatefulWidget for ApprovalModal<'_> {
         let area = area.intersection(buf.area);
         match self.editor {
             Some((editor, purpose)) => render_editing(self.request, editor, purpose, area, buf),
-            None => render_request(self.request, area, buf, state),
+            None => render_request(self.request, self.held, area, buf, state),
         }
     }
 }
@@ -282,6 +293,7 @@ fn frame_block(title: String) -> Block<'static> {
 
 fn render_request(
     request: &ApprovalRequest,
+    held: bool,
     area: Rect,
     buf: &mut Buffer,
     view: &mut ApprovalView,
@@ -311,6 +323,20 @@ fn render_request(
         footer_lines = hints(&footer, inner_width);
         body_height =
             inner_height.saturating_sub(u16::try_from(footer_lines.len() + 1).unwrap_or(u16::MAX));
+    }
+    if held {
+        // Same height, so the modal does not jump when the keys arm.
+        let text = "keys held a moment: typing meant for the shell cannot answer this";
+        let width = usize::from(inner_width);
+        let mut held_lines = vec![
+            Line::default(),
+            Line::from(Span::styled(
+                text.chars().take(width).collect::<String>(),
+                Style::new().fg(Color::DarkGray),
+            )),
+        ];
+        held_lines.resize(footer_lines.len().max(2), Line::default());
+        footer_lines = held_lines;
     }
     view.max_scroll = body_len.saturating_sub(body_height);
     view.scroll = view.scroll.min(view.max_scroll);

@@ -141,6 +141,40 @@ fn edit_mode() {
     assert_eq!(editor.text(), "git push origin main --dry-run");
 }
 
+/// Just opened, the modal holds keys: it offers none, and keeps its size.
+#[test]
+fn held_modal_offers_no_keys() {
+    let request = ApprovalRequest {
+        id: "e-20".into(),
+        profile: "claude".into(),
+        justification: "Check the host clock.".into(),
+        command: "date".into(),
+        via_shell: false,
+        note: None,
+    };
+    let draw = |held| {
+        let mut view = ApprovalView::new();
+        dump(&render(80, 16, |f| {
+            pane_below(f);
+            f.render_stateful_widget(ApprovalModal::new(&request).held(held), f.area(), &mut view);
+        }))
+    };
+    let held = draw(true);
+    assert!(held.contains("keys held a moment"), "{held}");
+    assert!(!held.contains("[A]"), "{held}");
+    let armed = draw(false);
+    assert!(armed.contains("[A] approve & run"), "{armed}");
+    // The frame is where it was: only the hint line differs.
+    let frame = |s: &str| {
+        s.lines()
+            .filter(|l| l.contains('┗'))
+            .collect::<Vec<_>>()
+            .join("")
+    };
+    assert_eq!(frame(&held), frame(&armed));
+    insta::assert_snapshot!(held);
+}
+
 /// D: the reason editor says what is denied and that Enter denies.
 #[test]
 fn deny_reason_mode() {
