@@ -23,6 +23,32 @@ fn lock_is_free(path: &Path) -> bool {
     lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
 }
 
+/// Polls until the domain `hash` has no containers and no control socket.
+fn wait_until_hash_gone(hash: &str) {
+    let socket = rundir().join(format!("lazaret_coord_{hash}.sock"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = common::podman(&[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=lazaret.domain={hash}"),
+            "--format",
+            "{{.Names}}",
+        ]);
+        let containers = common::text(&out).0;
+        if containers.trim().is_empty() && !socket.exists() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "domain {hash} was not torn down: containers {containers:?}, socket {}",
+            socket.exists()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Polls until the domain is entirely gone: no containers, no mounts, no
 /// control socket, no coordinator holding its lock.
 fn wait_until_gone(d: &Domain) {
@@ -316,19 +342,30 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     assert!(s.contains("NOT gVisor"), "{s}");
     t.send(&["C-a", "s"]);
 
-    // Q aborts (spec §5.2): the request is denied and the UI ends, every
-    // session of it (a second tab too), and with the last the domain.
+    // A second tab on another profile (picked in the dialog): another
+    // domain, under gVisor, its runtime in the status line.
     t.send(&["C-a", "c"]);
     t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
+    t.send(&["Home"]);
     t.send(&["Enter"]);
-    t.wait_for(60, "the second tab's shell", |s| {
-        s.lines().next().unwrap_or("").contains("2:rc") && s.contains("root@")
+    let gv = lazaret::domain::DomainAnchor::new("gv", &d.ws())
+        .unwrap()
+        .hash()
+        .to_string();
+    t.wait_for(120, "the gv tab's shell", |s| {
+        s.lines().next().unwrap_or("").contains("2:gv")
+            && s.contains("root@")
+            && s.contains(&format!("gv {gv} · gVisor"))
     });
+    // Q aborts (spec §5.2): the request is denied and the UI ends, every
+    // session of it (the gv tab too), and with them both domains.
+    t.send(&["C-a", "1"]);
     t.line(&format!("clear; {ESC} --justify step-abort -- whoami"));
     t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
     t.send(&["q"]);
     t.wait_exit(30, "lazaret ui");
     wait_until_gone(&d);
+    wait_until_hash_gone(&gv);
     // The human's decisions reached the coordinator, the abort included.
     let decisions = decisions(&d);
     assert_eq!(decisions, vec!["approved", "aborted"]);
