@@ -579,3 +579,30 @@ fn shell_is_interactive_and_follows_resizes() {
     assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "7");
     wait_until_gone(&d);
 }
+
+/// `lazaret shell` without a terminal (stdin a pipe) runs a plain
+/// `podman exec`: the shell reads its commands from stdin, and its exit
+/// code is lazaret's.
+#[test]
+fn shell_without_a_terminal_reads_stdin() {
+    use std::io::Write;
+    let d = Domain::new("gv");
+    let mut child = d
+        .cmd_raw(STANDARD_PATH, &["shell", "gv"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo PIPED-$((6*7)); exit 3\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(stdout.contains("PIPED-42"), "{stdout}{stderr}");
+    wait_until_gone(&d);
+}
