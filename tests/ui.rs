@@ -371,6 +371,52 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     assert_eq!(decisions, vec!["approved", "aborted"]);
 }
 
+/// A profile's `command` (an agent CLI) is what its tabs run; when it
+/// ends, its tab closes and, the last one, the UI and the domain with it.
+/// `lazaret shell` on the same profile runs a shell, not the agent.
+#[test]
+fn tabs_run_the_profiles_command_and_shell_runs_a_shell() {
+    let d = Domain::new("gv");
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    d.s.write(
+        "config.toml",
+        &format!(
+            "{text}[profiles.agent]\nimage = \"{}\"\ncommand = \"/bin/sh -c 'echo AGENT-$((6*7)) up; read x; echo got-$x; exit 5'\"\n",
+            common::sandbox::BASE_IMAGE
+        ),
+    );
+    let agent = lazaret::domain::DomainAnchor::new("agent", &d.ws())
+        .unwrap()
+        .hash()
+        .to_string();
+    let run = |what: &str| {
+        common::Tmux::start(
+            &d.ws(),
+            100,
+            30,
+            &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+            &format!(
+                "{} --config {} {what}",
+                common::lazaret_bin().display(),
+                config.display()
+            ),
+        )
+    };
+    let t = run("ui --profile agent");
+    t.wait_for(120, "the agent", |s| s.contains("AGENT-42 up"));
+    t.line("hello");
+    t.wait_exit(30, "lazaret ui after its only tab's command ended");
+    wait_until_hash_gone(&agent);
+
+    let t = run("shell agent");
+    let s = t.wait_for(120, "the shell", |s| s.contains("root@"));
+    assert!(!s.contains("AGENT-42"), "{s}");
+    t.line("exit");
+    t.wait_exit(30, "lazaret shell");
+    wait_until_hash_gone(&agent);
+}
+
 /// The `decision` of every escalation-decision record of the domain, in order.
 fn decisions(d: &Domain) -> Vec<String> {
     d.audit_json()

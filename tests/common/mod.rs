@@ -328,6 +328,11 @@ impl Tmux {
             if pred(&s) {
                 return s;
             }
+            // A program that is gone will not show it: say so at once.
+            assert!(
+                self.alive(),
+                "the program ended while waiting for {what} (its error, if any, went with the tmux pane)"
+            );
             assert!(
                 std::time::Instant::now() < deadline,
                 "timed out waiting for {what}; screen:\n{s}"
