@@ -349,11 +349,22 @@ impl fmt::Display for HumanReason {
                     CharClass::Control => "a control character",
                     CharClass::Hidden => "an invisible or layout-changing character",
                 };
-                write!(
-                    f,
-                    "contains {what} (U+{:04X}) at byte {offset}",
-                    u32::from(*ch)
-                )
+                // A printable metacharacter reads best as itself; anything
+                // else only as its code point (it may be invisible or move
+                // the text around it).
+                if ch.is_ascii_graphic() {
+                    write!(
+                        f,
+                        "contains {what} `{ch}` (U+{:04X}) at byte {offset}",
+                        u32::from(*ch)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "contains {what} (U+{:04X}) at byte {offset}",
+                        u32::from(*ch)
+                    )
+                }
             }
             HumanReason::Unparseable => f.write_str("has unbalanced quotes"),
             HumanReason::AssignmentAsProgram => f.write_str("starts with a variable assignment"),
@@ -423,6 +434,29 @@ pub fn classify(command: &str, rules: &AutoApproveRules) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_show_printable_metacharacters_and_only_code_points_of_the_rest() {
+        let amp = HumanReason::Character {
+            ch: '&',
+            offset: 7,
+            class: CharClass::Metacharacter,
+        };
+        assert_eq!(
+            amp.to_string(),
+            "contains a shell metacharacter `&` (U+0026) at byte 7"
+        );
+        let rlo = HumanReason::Character {
+            ch: '\u{202E}',
+            offset: 2,
+            class: CharClass::Hidden,
+        };
+        let text = rlo.to_string();
+        assert!(
+            text.contains("(U+202E)") && !text.contains('\u{202E}'),
+            "{text}"
+        );
+    }
 
     #[test]
     fn join_quotes_only_what_needs_it() {
