@@ -1123,9 +1123,9 @@ impl App {
             .tabs
             .get(self.focus)
             .map(|t| t.launch.ctx.anchor.hash().to_string());
-        let routes: &[RouteRow] = match &self.network {
-            Some((hash, table)) if Some(hash) == focused_hash.as_ref() => &table.rows,
-            _ => &[],
+        let routes: Option<&[RouteRow]> = match &self.network {
+            Some((hash, table)) if Some(hash) == focused_hash.as_ref() => Some(&table.rows),
+            _ => None,
         };
         let help = self.help.then(|| self.help_sections());
         let sessions: Vec<SessionRow> = self
@@ -1228,7 +1228,15 @@ impl App {
             if let (Some(panel), Some(area)) = (panel, areas.panel) {
                 match panel {
                     Panel::Sessions => f.render_widget(SessionsPanel::new(&sessions), area),
-                    Panel::Network => f.render_widget(NetworkPanel::new(routes), area),
+                    Panel::Network => f.render_widget(
+                        match routes {
+                            Some(rows) => NetworkPanel::new(rows),
+                            None => NetworkPanel::new(&[]).waiting(
+                                "reading the live table of the focused domain (once it is up)…",
+                            ),
+                        },
+                        area,
+                    ),
                     Panel::Escalations => {
                         f.render_widget(EscalationsPanel::new(&escalations), area);
                     }

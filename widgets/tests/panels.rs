@@ -95,6 +95,7 @@ fn network_panel() {
                 routes: &routes,
                 selected: Some(1),
                 focused: false,
+                waiting: None,
             },
             f.area(),
         );
@@ -102,6 +103,17 @@ fn network_panel() {
     insta::assert_snapshot!(dump(&buf));
     let empty = render(40, 3, |f| f.render_widget(NetworkPanel::new(&[]), f.area()));
     insta::assert_snapshot!("network_panel_empty", dump(&empty));
+    // No table yet is not an empty table: it says what it waits for.
+    let waiting = render(40, 4, |f| {
+        f.render_widget(
+            NetworkPanel::new(&[]).waiting("reading the live table…"),
+            f.area(),
+        );
+    });
+    let text = dump(&waiting);
+    assert!(text.contains("reading the live table…"), "{text}");
+    assert!(!text.contains("all egress is denied"), "{text}");
+    assert!(!text.contains("0 allowed"), "{text}");
 }
 
 #[test]

@@ -33,6 +33,9 @@ pub struct NetworkPanel<'a> {
     pub routes: &'a [RouteRow],
     pub selected: Option<usize>,
     pub focused: bool,
+    /// Shown instead of the table while there is none to show yet (the
+    /// domain is starting, the table is being read).
+    pub waiting: Option<&'a str>,
 }
 
 impl<'a> NetworkPanel<'a> {
@@ -41,7 +44,15 @@ impl<'a> NetworkPanel<'a> {
             routes,
             selected: None,
             focused: false,
+            waiting: None,
         }
+    }
+
+    /// No table yet: `why` instead.
+    #[must_use]
+    pub fn waiting(mut self, why: &'a str) -> Self {
+        self.waiting = Some(why);
+        self
     }
 }
 
@@ -52,13 +63,25 @@ impl Widget for NetworkPanel<'_> {
             .iter()
             .filter(|r| r.verdict == Verdict::Allow)
             .count();
-        let title = format!(
-            " Network policy · {allowed} allowed, {} denied ",
-            self.routes.len() - allowed
-        );
+        let title = match self.waiting {
+            Some(_) => " Network policy ".to_string(),
+            None => format!(
+                " Network policy · {allowed} allowed, {} denied ",
+                self.routes.len() - allowed
+            ),
+        };
         let block = panel_block(title, self.focused);
         let inner = block.inner(area);
         block.render(area, buf);
+        if let Some(why) = self.waiting {
+            Paragraph::new(Line::from(Span::styled(
+                shown(why),
+                Style::new().fg(Color::DarkGray),
+            )))
+            .wrap(ratatui::widgets::Wrap { trim: true })
+            .render(inner, buf);
+            return;
+        }
         if self.routes.is_empty() {
             Paragraph::new(Line::from(Span::styled(
                 "No routes: all egress is denied.",
