@@ -235,8 +235,15 @@ impl App {
         .areas(full);
         let (pane, panel) = match self.panel {
             Some(_) if body.width >= 60 => {
-                let [p, s] = Layout::horizontal([Constraint::Min(30), Constraint::Percentage(40)])
-                    .areas(body);
+                // The network table's rule column needs the room.
+                let share = if self.panel == Some(Panel::Network) {
+                    55
+                } else {
+                    40
+                };
+                let [p, s] =
+                    Layout::horizontal([Constraint::Min(30), Constraint::Percentage(share)])
+                        .areas(body);
                 (p, Some(s))
             }
             _ => (body, None),
