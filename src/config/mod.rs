@@ -519,9 +519,12 @@ pub const BANNED_AUTO_APPROVE: &[(&str, &[&str])] = &[
 /// Why `program` may never be auto-approved, if it is on
 /// [`BANNED_AUTO_APPROVE`].
 pub fn banned_auto_approve_reason(program: &str) -> Option<&'static str> {
+    // Versioned names are the same program: python3.12, perl5.36, gcc-12.
+    let unversioned =
+        program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
     BANNED_AUTO_APPROVE
         .iter()
-        .find(|(_, names)| names.contains(&program))
+        .find(|(_, names)| names.contains(&program) || names.contains(&unversioned))
         .map(|(reason, _)| *reason)
 }
 
@@ -1259,6 +1262,25 @@ mod tests {
                 .unwrap_err()
                 .contains("environment assignment")
         );
+        // Versioned names of banned programs are banned too; others pass.
+        for versioned in [
+            "python3.12",
+            "perl5.36",
+            "lua5.4",
+            "gcc-12",
+            "node18",
+            "pip3.11",
+        ] {
+            assert!(
+                check_auto_approve(versioned)
+                    .unwrap_err()
+                    .contains("never be auto-approved"),
+                "{versioned}"
+            );
+        }
+        for fine in ["sha256sum", "b2sum", "md5sum", "ls", "uname"] {
+            assert!(check_auto_approve(fine).is_ok(), "{fine}");
+        }
         assert!(check_auto_approve("ls; id").is_err());
         assert!(check_auto_approve("ls\u{202E}").is_err());
     }
