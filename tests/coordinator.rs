@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::sandbox::Domain;
+use common::sandbox::{Domain, rundir, wait_domain_gone};
 use common::{STANDARD_PATH, podman, text};
 use lazaret::coordinator::store::{AuditRecord, Store, StoreError};
 
@@ -25,51 +25,8 @@ fn spawn(mut cmd: std::process::Command) -> Child {
         .unwrap()
 }
 
-fn rundir() -> PathBuf {
-    let uid = match common::test_user() {
-        Some(u) => u.uid,
-        None => nix::unistd::geteuid().as_raw(),
-    };
-    // The test user has no XDG_RUNTIME_DIR in the tests' environment.
-    PathBuf::from(format!("/tmp/lazaret-{uid}"))
-}
-
 fn socket(d: &Domain) -> PathBuf {
     rundir().join(format!("lazaret_coord_{}.sock", d.hash))
-}
-
-fn owner_lock(d: &Domain) -> PathBuf {
-    rundir().join(format!("lazaret_coord_{}.owner", d.hash))
-}
-
-/// `true` when nobody holds `path`'s lock (or it does not exist).
-fn lock_is_free(path: &Path) -> bool {
-    lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
-}
-
-/// Polls until the domain is entirely gone: no containers, no mounts, no
-/// control socket, no coordinator holding its lock.
-fn wait_until_gone(d: &Domain) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let gone = d.containers().is_empty()
-            && d.mounts().is_empty()
-            && !socket(d).exists()
-            && !rundir().join(format!("certs_{}", d.hash)).exists()
-            && (!owner_lock(d).exists() || lock_is_free(&owner_lock(d)));
-        if gone {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the domain was not torn down: containers {:?}, mounts {:?}, socket {}, lock held {}",
-            d.containers(),
-            d.mounts(),
-            socket(d).exists(),
-            !lock_is_free(&owner_lock(d))
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn wait_for_socket(d: &Domain) {
@@ -156,7 +113,7 @@ fn eight_concurrent_sessions_share_one_domain() {
         ids.insert(line.split(' ').nth(1).unwrap().to_string());
     }
     assert_eq!(ids.len(), 8, "every session has its own LAZARET_SESSION_ID");
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let records = audit(&d);
     assert_eq!(
         count(&records, "coordinator-start"),
@@ -170,7 +127,7 @@ fn eight_concurrent_sessions_share_one_domain() {
     // The exec's exit code is passed through.
     let out = exec(&d, &["sh", "-c", "exit 42"]).output().unwrap();
     assert_eq!(out.status.code(), Some(42));
-    wait_until_gone(&d);
+    d.wait_until_gone();
 }
 
 /// The coordinator is killed mid-session; the next session recovers with a
@@ -209,7 +166,7 @@ fn recovers_from_a_killed_coordinator() {
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = finish(long);
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let verify = d
         .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
         .output()
@@ -232,7 +189,7 @@ fn sigterm_and_down_tear_down_cleanly() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let _ = finish(long);
     let records = audit(&d);
     assert_eq!(records.last().unwrap().kind, "domain-down");
@@ -246,7 +203,7 @@ fn sigterm_and_down_tear_down_cleanly() {
     assert!(out.status.success(), "{}", text(&out).1);
     // `down` returns once the teardown is complete.
     assert!(d.containers().is_empty(), "{:?}", d.containers());
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let _ = finish(long);
 }
 
@@ -282,7 +239,7 @@ fn store_is_owned_by_the_coordinator() {
         .unwrap();
     assert!(out.status.success());
     let _ = finish(long);
-    wait_until_gone(&d);
+    d.wait_until_gone();
 }
 
 fn edit_store(path: &Path, f: impl FnOnce(&mut redb::Table<u64, &[u8]>)) {
@@ -316,7 +273,7 @@ fn hand_edited_store_fails_verification() {
     assert!(out.status.success(), "{}", text(&out).1);
     let out = exec(&d, &["true"]).output().unwrap();
     assert!(out.status.success());
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let path = d.domain_root().join("state.redb");
     let pristine = std::fs::read(&path).unwrap();
     let verify = || {
@@ -487,45 +444,16 @@ fn version_1_fixture_is_what_the_v1_writer_makes() {
 #[test]
 fn shell_that_cannot_start_says_why_on_the_terminal() {
     let d = Domain::new("gv");
-    let config = d.s.path().join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    d.s.write(
-        "config.toml",
-        &format!("{text}[profiles.missing]\nimage = \"localhost/lazaret/no-such-image:latest\"\n"),
-    );
-    let t = common::Tmux::start(
-        &d.ws(),
-        100,
-        30,
-        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-        &format!(
-            "sh -c {}",
-            common::shell_quote(&format!(
-                "{} --config {} shell missing; echo RC=$?; sleep 60",
-                common::lazaret_bin().display(),
-                config.display()
-            ))
-        ),
-    );
+    d.add_config("[profiles.missing]\nimage = \"localhost/lazaret/no-such-image:latest\"\n");
+    let missing = d.other("missing");
+    let t = d.tmux(100, 30, "shell missing", Some("echo RC=$?; sleep 60"));
     let s = t.wait_for(120, "the error on the terminal", |s| s.contains("RC="));
     assert!(s.contains("RC=1"), "{s}");
     assert!(s.contains("no-such-image"), "{s}");
     // Back on the normal screen: the pane's status line is gone.
     assert!(!s.contains("? help"), "{s}");
     // The failed domain left nothing behind.
-    let hash = lazaret::domain::DomainAnchor::new("missing", &d.ws())
-        .unwrap()
-        .hash()
-        .to_string();
-    let out = podman(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=lazaret.domain={hash}"),
-        "--format",
-        "{{.Names}}",
-    ]);
-    assert_eq!(common::text(&out).0.trim(), "", "containers left behind");
+    wait_domain_gone(&missing, Vec::new);
 }
 
 /// `lazaret shell` in a real terminal (tmux): an interactive shell in the
@@ -535,23 +463,15 @@ fn shell_that_cannot_start_says_why_on_the_terminal() {
 #[test]
 fn shell_is_interactive_and_follows_resizes() {
     let d = Domain::new("gv");
-    let config = d.s.path().join("config.toml");
-    let bin = common::lazaret_bin();
     let rc = d.s.path().join("shell-rc");
-    let t = common::Tmux::start(
-        &d.ws(),
+    let t = d.tmux(
         100,
         30,
-        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-        &format!(
-            "sh -c {}",
-            common::shell_quote(&format!(
-                "{} --config {} shell gv; echo $? > {}",
-                bin.display(),
-                config.display(),
-                rc.display()
-            ))
-        ),
+        "shell gv",
+        Some(&format!(
+            "echo $? > {}",
+            common::shell_quote(&rc.display().to_string())
+        )),
     );
     t.wait_for(60, "the sandbox shell prompt", |s| {
         s.contains("root@") || s.contains("# ")
@@ -577,7 +497,7 @@ fn shell_is_interactive_and_follows_resizes() {
     t.line("exit 7");
     t.wait_exit(30, "lazaret shell");
     assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "7");
-    wait_until_gone(&d);
+    d.wait_until_gone();
 }
 
 /// `lazaret shell` without a terminal (stdin a pipe) runs a plain
@@ -604,5 +524,5 @@ fn shell_without_a_terminal_reads_stdin() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
     assert!(stdout.contains("PIPED-42"), "{stdout}{stderr}");
-    wait_until_gone(&d);
+    d.wait_until_gone();
 }

@@ -13,15 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::sandbox::Domain;
-use common::{STANDARD_PATH, text};
+use common::{ESCALATE as ESC, STANDARD_PATH, modal_with, text};
 use lazaret::coordinator::protocol::{
     ClientMsg, CoordMsg, PROTOCOL_VERSION, read_frame, write_frame,
 };
 use lazaret_escalate::protocol::{self, Request, Response, Status};
 use lazaret_escalate::signing::{self, SessionKey};
 use lazaret_escalate::trust::{self, SandboxIdentity, TrustAnchor};
-
-const ESC: &str = "/run/lazaret/escalate";
 
 fn exec(d: &Domain, script: &str) -> (i32, String, String) {
     let out = d
@@ -205,34 +203,13 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     stop(h);
 }
 
-/// The approval modal of `lazaret shell` whose justification is `why` (it
-/// sits indented under the modal's border; the typed command line, which
-/// also holds `why`, never looks like that).
-fn modal_with(s: &str, why: &str) -> bool {
-    s.contains("Host escalation request")
-        && s.contains(&format!("┃  {why}"))
-        // Armed: past the moment it holds keys after coming into view.
-        && s.contains("[A] approve")
-}
-
 /// A real human in a real terminal: `lazaret shell` runs in Lazaret's own
 /// pane, and a request opens the approval modal over it: approve, deny with
 /// a reason, edit, a shell command approved by hand, and hostile text.
 #[test]
 fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     let d = Domain::new("gv");
-    let config = d.s.path().join("config.toml");
-    let t = common::Tmux::start(
-        &d.ws(),
-        120,
-        40,
-        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-        &format!(
-            "{} --config {} shell gv",
-            common::lazaret_bin().display(),
-            config.display()
-        ),
-    );
+    let t = d.tmux(120, 40, "shell gv", None);
     let s = t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
     // One pane, no tab bar; the status line names the domain and runtime.
     assert!(s.contains(&format!("gv {} · gVisor", d.hash)), "{s}");
@@ -250,33 +227,8 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     let s = t.wait_for(20, "the approved result", |s| s.contains("EXIT=0"));
     assert!(!s.contains("xEXIT"), "{s}");
 
-    // Deny, with a reason the agent sees. (Each step's justification is
-    // unique, so a previous modal still on screen is never mistaken.)
-    t.line(&format!(
-        "clear; {ESC} --justify step-deny -- whoami; echo EXIT=$?"
-    ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
-    t.send(&["d"]);
-    t.send(&["-l", "not now"]);
-    t.send(&["Enter"]);
-    let s = t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
-    assert!(s.contains("not now"), "{s}");
-
-    // Edit: the human's command runs instead, and is re-checked.
-    let edited = d.s.path().join("edited-canary");
-    t.line(&format!(
-        "clear; {ESC} --justify step-edit -- whoami; echo EXIT=$?"
-    ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
-    t.send(&["e"]);
-    t.wait_for(20, "the editor", |s| s.contains("Edit command"));
-    for _ in 0.."whoami".len() {
-        t.send(&["BSpace"]);
-    }
-    t.send(&["-l", &format!("touch {}", edited.display())]);
-    t.send(&["Enter"]);
-    t.wait_for(20, "the edited result", |s| s.contains("EXIT=0"));
-    assert!(edited.exists(), "the edited command did not run");
+    // Deny with a reason; edit, and the edit runs instead.
+    common::deny_then_edit(&t, &d.s.path().join("edited-canary"));
 
     // Shell syntax runs through the host shell, only after a yes.
     t.line(&format!(

@@ -4,100 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use common::sandbox::Domain;
-
-const ESC: &str = "/run/lazaret/escalate";
-
-fn rundir() -> PathBuf {
-    let uid = match common::test_user() {
-        Some(u) => u.uid,
-        None => nix::unistd::geteuid().as_raw(),
-    };
-    PathBuf::from(format!("/tmp/lazaret-{uid}"))
-}
-
-fn lock_is_free(path: &Path) -> bool {
-    lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
-}
-
-/// Polls until the domain `hash` has no containers and no control socket.
-fn wait_until_hash_gone(hash: &str) {
-    let socket = rundir().join(format!("lazaret_coord_{hash}.sock"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = common::podman(&[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label=lazaret.domain={hash}"),
-            "--format",
-            "{{.Names}}",
-        ]);
-        let containers = common::text(&out).0;
-        if containers.trim().is_empty() && !socket.exists() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "domain {hash} was not torn down: containers {containers:?}, socket {}",
-            socket.exists()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Polls until the domain is entirely gone: no containers, no mounts, no
-/// control socket, no coordinator holding its lock.
-fn wait_until_gone(d: &Domain) {
-    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
-    let owner = rundir().join(format!("lazaret_coord_{}.owner", d.hash));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let gone = d.containers().is_empty()
-            && d.mounts().is_empty()
-            && !socket.exists()
-            && (!owner.exists() || lock_is_free(&owner));
-        if gone {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the domain was not torn down: containers {:?}, mounts {:?}, socket {}",
-            d.containers(),
-            d.mounts(),
-            socket.exists(),
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::sandbox::{Domain, wait_domain_gone};
+use common::{ESCALATE as ESC, modal_with};
 
 fn start_ui(d: &Domain, cols: u16, rows: u16) -> common::Tmux {
-    let config = d.s.path().join("config.toml");
-    common::Tmux::start(
-        &d.ws(),
-        cols,
-        rows,
-        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-        &format!(
-            "{} --config {} ui --profile {}",
-            common::lazaret_bin().display(),
-            config.display(),
-            d.profile
-        ),
-    )
-}
-
-/// The modal of a request whose justification is `why` (the justification
-/// sits indented under the modal's border; the typed command line, which
-/// also holds `why`, never looks like that).
-fn modal_with(s: &str, why: &str) -> bool {
-    s.contains("Host escalation request")
-        && s.contains(&format!("┃  {why}"))
-        // Armed: past the moment it holds keys after coming into view.
-        && s.contains("[A] approve")
+    d.tmux(cols, rows, &format!("ui --profile {}", d.profile), None)
 }
 
 #[test]
@@ -190,32 +101,8 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     );
     assert!(s.contains(&expected), "whoami's output: {s}");
 
-    // Deny, with a reason the agent sees.
-    t.line(&format!(
-        "clear; {ESC} --justify step-deny -- whoami; echo D-EXIT=$?"
-    ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
-    t.send(&["d"]);
-    t.send(&["-l", "not now"]);
-    t.send(&["Enter"]);
-    let s = t.wait_for(20, "the denial", |s| s.contains("D-EXIT=77"));
-    assert!(s.contains("not now"), "{s}");
-
-    // Edit: the human's command runs instead (and is re-checked).
-    let edited = d.s.path().join("edited-canary");
-    t.line(&format!(
-        "clear; {ESC} --justify step-edit -- whoami; echo E-EXIT=$?"
-    ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
-    t.send(&["e"]);
-    t.wait_for(20, "the editor", |s| s.contains("Edit command"));
-    for _ in 0.."whoami".len() {
-        t.send(&["BSpace"]);
-    }
-    t.send(&["-l", &format!("touch {}", edited.display())]);
-    t.send(&["Enter"]);
-    t.wait_for(20, "the edited result", |s| s.contains("E-EXIT=0"));
-    assert!(edited.exists(), "the edited command did not run");
+    // Deny with a reason; edit, and the edit runs instead.
+    common::deny_then_edit(&t, &d.s.path().join("edited-canary"));
 
     // The shell's own end closes its tab; the first tab is still alive.
     t.line("exit");
@@ -228,7 +115,7 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     // Quit: every session of this UI ends, and with the last the domain.
     t.send(&["C-a", "q"]);
     t.wait_exit(30, "lazaret ui");
-    wait_until_gone(&d);
+    d.wait_until_gone();
     let decisions = decisions(&d);
     assert_eq!(decisions, vec!["approved", "denied", "edited"]);
 }
@@ -348,10 +235,7 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
     t.send(&["Home"]);
     t.send(&["Enter"]);
-    let gv = lazaret::domain::DomainAnchor::new("gv", &d.ws())
-        .unwrap()
-        .hash()
-        .to_string();
+    let gv = d.other("gv");
     t.wait_for(120, "the gv tab's shell", |s| {
         s.lines().next().unwrap_or("").contains("2:gv")
             && s.contains("root@")
@@ -364,8 +248,8 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
     t.send(&["q"]);
     t.wait_exit(30, "lazaret ui");
-    wait_until_gone(&d);
-    wait_until_hash_gone(&gv);
+    d.wait_until_gone();
+    wait_domain_gone(&gv, Vec::new);
     // The human's decisions reached the coordinator, the abort included.
     let decisions = decisions(&d);
     assert_eq!(decisions, vec!["approved", "aborted"]);
@@ -377,44 +261,23 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
 #[test]
 fn tabs_run_the_profiles_command_and_shell_runs_a_shell() {
     let d = Domain::new("gv");
-    let config = d.s.path().join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    d.s.write(
-        "config.toml",
-        &format!(
-            "{text}[profiles.agent]\nimage = \"{}\"\ncommand = \"/bin/sh -c 'echo AGENT-$((6*7)) up; read x; echo got-$x; exit 5'\"\n",
-            common::sandbox::BASE_IMAGE
-        ),
-    );
-    let agent = lazaret::domain::DomainAnchor::new("agent", &d.ws())
-        .unwrap()
-        .hash()
-        .to_string();
-    let run = |what: &str| {
-        common::Tmux::start(
-            &d.ws(),
-            100,
-            30,
-            &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
-            &format!(
-                "{} --config {} {what}",
-                common::lazaret_bin().display(),
-                config.display()
-            ),
-        )
-    };
-    let t = run("ui --profile agent");
+    d.add_config(&format!(
+        "[profiles.agent]\nimage = \"{}\"\ncommand = \"/bin/sh -c 'echo AGENT-$((6*7)) up; read x; echo got-$x; exit 5'\"\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    let agent = d.other("agent");
+    let t = d.tmux(100, 30, "ui --profile agent", None);
     t.wait_for(120, "the agent", |s| s.contains("AGENT-42 up"));
     t.line("hello");
     t.wait_exit(30, "lazaret ui after its only tab's command ended");
-    wait_until_hash_gone(&agent);
+    wait_domain_gone(&agent, Vec::new);
 
-    let t = run("shell agent");
+    let t = d.tmux(100, 30, "shell agent", None);
     let s = t.wait_for(120, "the shell", |s| s.contains("root@"));
     assert!(!s.contains("AGENT-42"), "{s}");
     t.line("exit");
     t.wait_exit(30, "lazaret shell");
-    wait_until_hash_gone(&agent);
+    wait_domain_gone(&agent, Vec::new);
 }
 
 /// The `decision` of every escalation-decision record of the domain, in order.

@@ -14,7 +14,6 @@ use crate::coordinator::protocol::{
     ClientMsg, CoordMsg, DomainStatus, PROTOCOL_VERSION, read_frame, write_frame,
 };
 use crate::coordinator::store::{Store, Verification};
-use crate::domain::DomainAnchor;
 use crate::engine::Engine;
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
@@ -34,19 +33,13 @@ pub(crate) fn context(
     profile: Option<&str>,
     workspace: Option<&Path>,
 ) -> Result<(Config, DomainContext, RuntimeDir)> {
-    let config = super::load(explicit.clone(), env)?;
-    let profile = config.select_profile(profile)?;
+    let launcher = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?;
     let workspace = match workspace {
         Some(p) => p.to_path_buf(),
         None => super::current_dir()?,
     };
-    let anchor = DomainAnchor::new(&profile.name, &workspace)?;
-    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
-    let explicit = explicit
-        .as_ref()
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()));
-    let ctx = DomainContext::new(anchor, &config.data_root, &rundir, explicit);
-    Ok((config, ctx, rundir))
+    let ctx = launcher.context(profile, &workspace)?;
+    Ok((launcher.config, ctx, launcher.rundir))
 }
 
 fn announce(domain: &DomainStatus) {

@@ -156,18 +156,10 @@ pub fn run(
     prefix: &str,
 ) -> Result<ExitCode> {
     let prefix_key = parse_prefix(prefix)?;
-    let config = crate::cli::load(explicit.clone(), env)?;
+    let launcher = Launcher::new(mode, explicit, env)?;
     let workspace = match workspace {
         Some(p) => p.to_path_buf(),
         None => crate::cli::current_dir()?,
-    };
-    let launcher = Launcher {
-        mode,
-        rundir: RuntimeDir::ensure(&RuntimeDir::locate(env))?,
-        explicit: explicit
-            .as_ref()
-            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
-        config,
     };
     let launch = launcher.launch(profile, &workspace)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -261,18 +253,40 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// Loads the configuration and makes sure of the runtime folder.
+    pub fn new(mode: Mode, explicit: &Option<PathBuf>, env: &dyn HostEnv) -> Result<Launcher> {
+        Ok(Launcher {
+            mode,
+            config: crate::cli::load(explicit.clone(), env)?,
+            rundir: RuntimeDir::ensure(&RuntimeDir::locate(env))?,
+            explicit: explicit
+                .as_ref()
+                .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
+        })
+    }
+
+    /// The domain of `profile` (default: the configuration's) and `workspace`.
+    pub fn context(
+        &self,
+        profile: Option<&str>,
+        workspace: &Path,
+    ) -> Result<crate::coordinator::client::DomainContext> {
+        let selected = self.config.select_profile(profile)?;
+        let anchor = crate::domain::DomainAnchor::new(&selected.name, workspace)?;
+        Ok(crate::coordinator::client::DomainContext::new(
+            anchor,
+            &self.config.data_root,
+            &self.rundir,
+            self.explicit.clone(),
+        ))
+    }
+
     pub fn launch(&self, profile: Option<&str>, workspace: &Path) -> Result<tab::Launch> {
         let selected = self.config.select_profile(profile)?;
         if !workspace.is_dir() {
             anyhow::bail!("{} is not a directory", workspace.display());
         }
-        let anchor = crate::domain::DomainAnchor::new(&selected.name, workspace)?;
-        let ctx = crate::coordinator::client::DomainContext::new(
-            anchor,
-            &self.config.data_root,
-            &self.rundir,
-            self.explicit.clone(),
-        );
+        let ctx = self.context(Some(&selected.name), workspace)?;
         // `lazaret shell` runs a shell even when the profile runs an agent.
         let argv = match (self.mode, &selected.command) {
             (Mode::Workbench, Some(command)) => command.clone(),

@@ -385,3 +385,45 @@ static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+/// The escalation client inside every sandbox.
+pub const ESCALATE: &str = "/run/lazaret/escalate";
+
+/// The approval modal of a request whose justification is `why` (it sits
+/// indented under the modal's border; the typed command line, which also
+/// holds `why`, never looks like that), armed: past the moment it holds
+/// keys after coming into view.
+pub fn modal_with(s: &str, why: &str) -> bool {
+    s.contains("Host escalation request")
+        && s.contains(&format!("┃  {why}"))
+        && s.contains("[A] approve")
+}
+
+/// Through the approval modal in `t`'s focused shell: a request denied with
+/// a reason (the agent gets exit code 77 and the reason), then one edited
+/// into `touch canary`, which runs instead (re-checked) on the host.
+pub fn deny_then_edit(t: &Tmux, canary: &Path) {
+    t.line(&format!(
+        "clear; {ESCALATE} --justify step-deny -- whoami; echo D-EXIT=$?"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
+    t.send(&["d"]);
+    t.send(&["-l", "not now"]);
+    t.send(&["Enter"]);
+    let s = t.wait_for(20, "the denial", |s| s.contains("D-EXIT=77"));
+    assert!(s.contains("not now"), "{s}");
+
+    t.line(&format!(
+        "clear; {ESCALATE} --justify step-edit -- whoami; echo E-EXIT=$?"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
+    t.send(&["e"]);
+    t.wait_for(20, "the editor", |s| s.contains("Edit command"));
+    for _ in 0.."whoami".len() {
+        t.send(&["BSpace"]);
+    }
+    t.send(&["-l", &format!("touch {}", canary.display())]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the edited result", |s| s.contains("E-EXIT=0"));
+    assert!(canary.exists(), "the edited command did not run");
+}

@@ -1,8 +1,10 @@
 //! A domain of its own for sandbox tests: scratch Storage Root, workspace
 //! and configuration, torn down by exact container names when dropped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::{STANDARD_PATH, Scratch, lazaret_env, podman, text, user_home};
 
@@ -23,6 +25,69 @@ pub struct Domain {
     pub s: Scratch,
     pub profile: &'static str,
     pub hash: String,
+    /// Other profiles a test started on this workspace (see [`Domain::other`]).
+    others: Mutex<Vec<&'static str>>,
+}
+
+/// The runtime folder of the user the tests run Lazaret as (it has no
+/// XDG_RUNTIME_DIR in the tests' environment).
+pub fn rundir() -> PathBuf {
+    let uid = match super::test_user() {
+        Some(u) => u.uid,
+        None => nix::unistd::geteuid().as_raw(),
+    };
+    PathBuf::from(format!("/tmp/lazaret-{uid}"))
+}
+
+/// `true` when nobody holds `path`'s lock (or it does not exist).
+pub fn lock_is_free(path: &Path) -> bool {
+    lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
+}
+
+/// Containers of domain `hash` that podman still knows.
+pub fn containers_of(hash: &str) -> Vec<String> {
+    let out = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=lazaret.domain={hash}"),
+        "--format",
+        "{{.Names}}",
+    ]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Polls until domain `hash` is entirely gone: no containers, no control
+/// socket, no certificates, no coordinator holding its lock, and nothing
+/// `leftovers` reports (its mounts).
+pub fn wait_domain_gone(hash: &str, leftovers: impl Fn() -> Vec<String>) {
+    let socket = rundir().join(format!("lazaret_coord_{hash}.sock"));
+    let certs = rundir().join(format!("certs_{hash}"));
+    let owner = rundir().join(format!("lazaret_coord_{hash}.owner"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let gone = containers_of(hash).is_empty()
+            && leftovers().is_empty()
+            && !socket.exists()
+            && !certs.exists()
+            && (!owner.exists() || lock_is_free(&owner));
+        if gone {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "domain {hash} was not torn down: containers {:?}, left {:?}, socket {}, certs {}, lock held {}",
+            containers_of(hash),
+            leftovers(),
+            socket.exists(),
+            certs.exists(),
+            !lock_is_free(&owner)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 impl Domain {
@@ -76,7 +141,12 @@ workspace_mode = "direct"
             .unwrap()
             .hash()
             .to_string();
-        Domain { s, profile, hash }
+        Domain {
+            s,
+            profile,
+            hash,
+            others: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn sandbox(&self) -> String {
@@ -155,18 +225,56 @@ workspace_mode = "direct"
 
     /// Containers of this domain that podman still knows.
     pub fn containers(&self) -> Vec<String> {
-        let out = podman(&[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label=lazaret.domain={}", self.hash),
-            "--format",
-            "{{.Names}}",
-        ]);
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        containers_of(&self.hash)
+    }
+
+    /// Polls until this domain is entirely gone, its mounts included.
+    pub fn wait_until_gone(&self) {
+        wait_domain_gone(&self.hash, || self.mounts());
+    }
+
+    /// Appends `toml` (e.g. another profile) to this domain's configuration.
+    pub fn add_config(&self, toml: &str) {
+        let config = self.s.path().join("config.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        self.s.write("config.toml", &format!("{text}{toml}"));
+    }
+
+    /// `lazaret --config CONFIG ARGS` in a terminal (tmux) of `cols` x
+    /// `rows`, in the workspace; then the shell command `after`, if any
+    /// (the pane stays while it runs).
+    pub fn tmux(&self, cols: u16, rows: u16, args: &str, after: Option<&str>) -> super::Tmux {
+        let run = format!(
+            "{} --config {} {args}",
+            super::lazaret_bin().display(),
+            self.s.path().join("config.toml").display()
+        );
+        let command = match after {
+            Some(after) => format!("sh -c {}", super::shell_quote(&format!("{run}; {after}"))),
+            None => run,
+        };
+        super::Tmux::start(
+            &self.ws(),
+            cols,
+            rows,
+            &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+            &command,
+        )
+    }
+
+    /// The hash of `profile`'s domain on this workspace, which the test is
+    /// about to start: it is torn down with this one when dropped.
+    pub fn other(&self, profile: &'static str) -> String {
+        self.others.lock().unwrap().push(profile);
+        self.hash_of(profile)
+    }
+
+    /// The Domain Anchor hash of `profile` on this workspace.
+    fn hash_of(&self, profile: &str) -> String {
+        lazaret::domain::DomainAnchor::new(profile, &self.ws())
+            .unwrap()
+            .hash()
+            .to_string()
     }
 
     /// `lazaret audit --json` of this domain.
@@ -211,6 +319,17 @@ impl Drop for Domain {
         let _ = self.lazaret(&["sandbox", "down"]);
         for name in [self.sandbox(), self.sidecar()] {
             let _ = podman(&["rm", "-f", "-t", "0", "--ignore", &name]);
+        }
+        let others = std::mem::take(&mut *self.others.lock().unwrap());
+        for profile in others {
+            let _ = self.cmd_raw(STANDARD_PATH, &["down", profile]).output();
+            let hash = self.hash_of(profile);
+            for name in [
+                format!("lazaret-coord-{hash}"),
+                format!("lazaret-sidecar-{hash}"),
+            ] {
+                let _ = podman(&["rm", "-f", "-t", "0", "--ignore", &name]);
+            }
         }
     }
 }
