@@ -24,6 +24,35 @@ pub fn validate_profile_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Lazaret's own folders in the Storage Root (the runsc wrapper podman
+/// runs, every Domain Root, scratch space). A profile folder is
+/// `{data_root}/{profile_name}`, so these names cannot be profile names.
+pub const STORAGE_ROOT_INTERNAL: &[&str] = &["runtime", "domains", "tmp"];
+
+/// Why `name` cannot be a profile's name even though it is well-formed.
+pub fn reserved_profile_name(name: &str) -> Option<String> {
+    STORAGE_ROOT_INTERNAL.contains(&name).then(|| {
+        format!(
+            "security: profile name `{name}` is reserved: {{data_root}}/{name} holds Lazaret's own files, and the profile's {{profile_dir}} would be that folder; rename the profile (reserved: {}); its new {{profile_dir}} starts empty",
+            STORAGE_ROOT_INTERNAL.join(", ")
+        )
+    })
+}
+
+/// Entries of a Domain Root that Lazaret owns: its state store, log, live
+/// policy, the agent's repositories, State Anchor layers. A volume may use
+/// another plain folder name under `{domain_dir}` (e.g. `cache`), never
+/// these. Lazaret's own files all carry a `.` or a State Anchor suffix, so
+/// new ones are covered; new plain folder names must be added here.
+pub fn is_domain_root_internal(name: &str) -> bool {
+    const FOLDERS: &[&str] = &["workspace", "empty_lower", "snapshot"];
+    FOLDERS.contains(&name)
+        || name.contains('.')
+        || name.ends_with("_changes")
+        || name.ends_with("_work")
+        || name.ends_with("_merged")
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DomainError {
     #[error("{0}")]

@@ -111,3 +111,52 @@ impl RuntimeDir {
         &self.path
     }
 }
+
+/// Makes `path` private to the user: mode 0700 for a folder (`dir`), 0600
+/// for a file; keeps the execute bit off files. Never follows a symlink and
+/// never touches what another user owns. A missing path is fine.
+pub fn make_private(path: &Path, dir: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.file_type().is_symlink() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Ok(());
+    }
+    let want = if dir { 0o700 } else { 0o600 };
+    if ((dir && meta.is_dir()) || (!dir && meta.is_file())) && meta.mode() & 0o7777 != want {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(want))?;
+    }
+    Ok(())
+}
+
+/// Creates `path` and missing parents with mode 0700 (an existing `path`
+/// of the user's is made 0700 too).
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    make_private(path, true)
+}
+
+/// Writes `bytes` to `path` atomically, mode 0600.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("f"),
+        std::process::id()
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    std::io::Write::write_all(&mut f, bytes)?;
+    std::fs::rename(&tmp, path)
+}

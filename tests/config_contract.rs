@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use lazaret::config::source::Layer;
+use lazaret::config::trust::{TrustStore, sha256_hex};
 use lazaret::config::{Config, ConfigError, HostVars, LoadOptions};
 use lazaret::host::FixedEnv;
 
@@ -745,6 +746,8 @@ fn hierarchy_merges_per_key_and_remembers_origins() {
     let env = FixedEnv::default().with("HOME", &fx.root.join("home").display().to_string());
     let opts = LoadOptions::standard(&env, &fx.workspace, Some(explicit.clone()));
     assert_eq!(opts.user_file.as_deref(), Some(user.as_path()));
+    // Changing the image widens: the user trusts this exact file first.
+    trust_file(&env, &ws);
     let config = Config::load(&opts, &env).unwrap();
     let dev = &config.profiles["dev"];
     assert_eq!(dev.image, "ws-image", "workspace file overrides one field");
@@ -925,4 +928,330 @@ fn example_toml_loads_and_resolves() {
             .unwrap();
     }
     assert_eq!(config.select_profile(None).unwrap().name, "claude");
+}
+
+fn trust_file(env: &FixedEnv, file: &Path) {
+    let text = std::fs::read(file).unwrap();
+    TrustStore::locate(env)
+        .unwrap()
+        .trust(file, &sha256_hex(&text))
+        .unwrap();
+}
+
+/// The user's configuration of the trust cases: one profile, some egress,
+/// a deny list, auto-approve entries and a read-write volume.
+fn user_layer(fx: &Fixture) -> (FixedEnv, LoadOptions) {
+    let root = fx.root.display().to_string();
+    std::fs::create_dir_all(fx.root.join("shared")).unwrap();
+    write(
+        &fx.root,
+        "home/.config/lazaret/config.toml",
+        &format!(
+            "{}auto_approve = [\"date\", \"uname -a\"]\n\n[profiles.dev]\nimage = \"img\"\nallow_egress = [\"192.0.2.0/24\", \"198.51.100.0/24\"]\npersistent_dirs = [\"/usr\"]\nvolumes = [{{ host = \"ROOT/shared\", container = \"/shared\" }}]\n",
+            HEADER
+        )
+        .replace("ROOT", &root),
+    );
+    let env = FixedEnv::default().with("HOME", &fx.root.join("home").display().to_string());
+    let opts = LoadOptions::standard(&env, &fx.workspace, None);
+    (env, opts)
+}
+
+/// decisions.md D8: an untrusted ./lazaret.toml with any widening key is
+/// refused with one message naming the file, the key and `lazaret trust`.
+#[test]
+fn untrusted_workspace_file_cannot_widen() {
+    let fx = fixture();
+    let (env, opts) = user_layer(&fx);
+    let cases: &[(&str, &str)] = &[
+        (
+            "[profiles.dev]\nvolumes = [{ host = \"/etc\", container = \"/e\" }]",
+            "profiles.dev.volumes",
+        ),
+        (
+            "[profiles.dev]\nvolumes = [{ host = \"ROOT/shared\", container = \"/shared\", mode = \"rw,Z\" }]",
+            "profiles.dev.volumes",
+        ),
+        ("[profiles.dev]\nruntime = \"runc\"", "profiles.dev.runtime"),
+        (
+            "[profiles.dev]\nallow_egress = [\"0.0.0.0/0\"]",
+            "profiles.dev.allow_egress",
+        ),
+        (
+            "[network]\ndefault_allow = [\"0.0.0.0/0\"]",
+            "network.default_allow",
+        ),
+        ("[network]\ndefault_deny = []", "network.default_deny"),
+        (
+            "[escalation]\nauto_approve = [\"date\", \"cp\"]",
+            "escalation.auto_approve",
+        ),
+        (
+            "[escalation]\nsocket_dir = \"/tmp/elsewhere\"",
+            "escalation.socket_dir",
+        ),
+        (
+            "[profiles.dev]\nenv = { TOKEN = \"env:SSH_AUTH_SOCK\" }",
+            "profiles.dev.env.TOKEN",
+        ),
+        (
+            "[profiles.dev]\npersistent_dirs = [\"/usr\", \"/home\"]",
+            "profiles.dev.persistent_dirs",
+        ),
+        (
+            "[profiles.dev]\nimage = \"evil:latest\"",
+            "profiles.dev.image",
+        ),
+        (
+            "[profiles.dev]\ncommand = \"sh -c evil\"",
+            "profiles.dev.command",
+        ),
+        (
+            "[profiles.dev]\nworkspace_mode = \"direct\"",
+            "profiles.dev.workspace_mode",
+        ),
+        ("[storage]\ndata_root = \"/tmp/elsewhere\"", "storage"),
+        ("[profiles.other]\nimage = \"img\"", "profiles.other"),
+        ("default_profile = \"dev\"", "default_profile"),
+    ];
+    let ws = fx.workspace.join("lazaret.toml");
+    for (text, key) in cases {
+        let text = text.replace("ROOT", &fx.root.display().to_string());
+        std::fs::write(&ws, &text).unwrap();
+        let err = Config::load(&opts, &env).unwrap_err();
+        let msg = err.to_string();
+        assert!(err.is_security(), "{text}: {msg}");
+        assert!(
+            msg.contains(&format!("{} is not trusted", ws.display())),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("{key}:")), "{key}: {msg}");
+        assert!(
+            msg.contains(&format!("`lazaret trust {}`", ws.display())),
+            "{msg}"
+        );
+        // It names the line: `file:line:col: key`.
+        assert!(msg.contains(&format!("{}:", ws.display())), "{msg}");
+    }
+}
+
+/// Narrowing keys apply untrusted, and `config show` can say so.
+#[test]
+fn untrusted_narrowing_keys_apply() {
+    let fx = fixture();
+    let (env, opts) = user_layer(&fx);
+    let root = fx.root.display().to_string();
+    write(
+        &fx.workspace,
+        "lazaret.toml",
+        &format!(
+            "[network]\ndefault_deny = [\"10.0.0.0/8\", \"192.0.2.128/25\"]\n\
+             [escalation]\nauto_approve = [\"date\"]\n\
+             [profiles.dev]\nimage = \"img\"\nruntime = \"runsc\"\nallow_egress = [\"192.0.2.0/24\"]\npersistent_dirs = []\n\
+             volumes = [{{ host = \"{root}/shared\", container = \"/shared\", mode = \"ro,nosuid\" }}]\n"
+        ),
+    );
+    let config = Config::load(&opts, &env).unwrap();
+    let trust = config.workspace_trust.as_ref().unwrap();
+    assert!(!trust.trusted);
+    let dev = &config.profiles["dev"];
+    assert_eq!(dev.allow_egress, vec!["192.0.2.0/24".parse().unwrap()]);
+    assert!(dev.persistent_dirs.is_empty());
+    assert_eq!(dev.volumes[0].options, vec!["ro", "nosuid"]);
+    assert_eq!(config.network.default_deny.len(), 2);
+    assert_eq!(config.escalation.auto_approve.len(), 1);
+    // Turning escalation off narrows too.
+    write(
+        &fx.workspace,
+        "lazaret.toml",
+        "[escalation]\nenabled = false\n",
+    );
+    assert!(!Config::load(&opts, &env).unwrap().escalation.enabled);
+}
+
+/// Trust, change (untrusted again), re-trust, revoke.
+#[test]
+fn trust_change_retrust_revoke() {
+    let fx = fixture();
+    let (env, opts) = user_layer(&fx);
+    let ws = write(
+        &fx.workspace,
+        "lazaret.toml",
+        "[profiles.dev]\nimage = \"mine:1\"\n",
+    );
+    let err = Config::load(&opts, &env).unwrap_err().to_string();
+    assert!(err.contains("profiles.dev.image"), "{err}");
+    trust_file(&env, &ws);
+    let config = Config::load(&opts, &env).unwrap();
+    assert_eq!(config.profiles["dev"].image, "mine:1");
+    assert!(config.workspace_trust.as_ref().unwrap().trusted);
+    // The store lives in the user's data, private, not in the workspace.
+    let store = TrustStore::locate(&env).unwrap();
+    assert!(store.path().starts_with(fx.root.join("home/.local/share")));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(store.path()).unwrap().mode() & 0o777,
+        0o600
+    );
+    // One byte changes: untrusted again.
+    write(
+        &fx.workspace,
+        "lazaret.toml",
+        "[profiles.dev]\nimage = \"mine:2\"\n",
+    );
+    let err = Config::load(&opts, &env).unwrap_err().to_string();
+    assert!(err.contains("is not trusted"), "{err}");
+    trust_file(&env, &ws);
+    assert_eq!(
+        Config::load(&opts, &env).unwrap().profiles["dev"].image,
+        "mine:2"
+    );
+    assert!(store.revoke(&ws).unwrap());
+    assert!(Config::load(&opts, &env).is_err());
+    // A symlink named lazaret.toml does not borrow another file's trust.
+    let other = fx.root.join("trusted-elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    let real = write(
+        &other,
+        "lazaret.toml",
+        "[profiles.dev]\nimage = \"mine:3\"\n",
+    );
+    trust_file(&env, &real);
+    std::fs::remove_file(&ws).unwrap();
+    std::os::unix::fs::symlink(&real, &ws).unwrap();
+    assert!(Config::load(&opts, &env).is_err());
+    // Teardown may leave an untrusted widening file out instead.
+    let skip = LoadOptions {
+        skip_untrusted_workspace: true,
+        ..opts
+    };
+    let config = Config::load(&skip, &env).unwrap();
+    assert_eq!(config.skipped_workspace.as_deref(), Some(ws.as_path()));
+    assert_eq!(config.profiles["dev"].image, "img");
+}
+
+/// Profile names that are Storage Root folders are refused; volumes that
+/// reach Lazaret's own folders are refused; the example's `{domain_dir}/cache`
+/// still works.
+#[test]
+fn internal_folders_are_out_of_reach() {
+    let fx = fixture();
+    let root = fx.root.display().to_string();
+    let env = FixedEnv::default().with("HOME", &fx.root.join("home").display().to_string());
+    let load = |text: &str| {
+        let file = write(&fx.root, "c.toml", &text.replace("ROOT", &root));
+        Config::load(
+            &LoadOptions {
+                explicit_file: Some(file),
+                ..LoadOptions::default()
+            },
+            &env,
+        )
+    };
+    for name in ["runtime", "domains", "tmp"] {
+        let err = load(&format!(
+            "{HEADER}\n[profiles.{name}]\nimage = \"i\"\nvolumes = [{{ host = \"{{profile_dir}}\", container = \"/p\" }}]\n"
+        ))
+        .unwrap_err();
+        assert!(err.is_security());
+        assert!(
+            err.to_string()
+                .contains(&format!("profile name `{name}` is reserved")),
+            "{err}"
+        );
+    }
+    for (host, why) in [
+        ("ROOT/data", "Storage Root"),
+        ("ROOT/data/runtime", "Storage Root"),
+        ("ROOT/data/domains", "Storage Root"),
+        ("{domain_dir}", "Storage Root"),
+        ("{domain_dir}/state.redb", "Domain Root"),
+        ("{domain_dir}/usr_changes", "Domain Root"),
+        ("{domain_dir}/workspace", "Domain Root"),
+        ("ROOT/data/domains/0123456789ab", "Storage Root"),
+        ("ROOT/sock", "Escalation Socket"),
+        ("ROOT/home/.config/lazaret", "configuration folder"),
+        ("ROOT/home/.config", "configuration folder"),
+        ("ROOT/home", "Lazaret's"),
+    ] {
+        let host = host.replace("ROOT", &root);
+        std::fs::create_dir_all(fx.root.join("home/.config/lazaret")).unwrap();
+        std::fs::create_dir_all(fx.root.join("sock")).unwrap();
+        let config = load(&profile(&format!(
+            "volumes = [{{ host = \"{host}\", container = \"/v\" }}]"
+        )))
+        .unwrap();
+        let err = config
+            .resolve(
+                &config.profiles["dev"],
+                &fx.workspace,
+                &env,
+                HostVars::Require,
+            )
+            .unwrap_err();
+        assert!(err.is_security(), "{host}: {err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("security:") && msg.contains(why),
+            "{host}: {msg}"
+        );
+    }
+    let config = load(&profile(
+        "volumes = [{ host = \"{domain_dir}/cache\", container = \"/c\" }, { host = \"{profile_dir}/home\", container = \"/root\" }]",
+    ))
+    .unwrap();
+    config
+        .resolve(
+            &config.profiles["dev"],
+            &fx.workspace,
+            &env,
+            HostVars::Require,
+        )
+        .unwrap();
+}
+
+/// A workspace that is or contains the home folder, or lies in Lazaret's
+/// folders, is refused unless the user insists.
+#[test]
+fn broad_workspaces_are_refused_unless_asked() {
+    let fx = fixture();
+    let root = fx.root.display().to_string();
+    let home = fx.root.join("home");
+    std::fs::create_dir_all(home.join("project")).unwrap();
+    std::fs::create_dir_all(fx.root.join("data/dev/home")).unwrap();
+    let env = FixedEnv::default().with("HOME", &home.display().to_string());
+    let file = write(&fx.root, "c.toml", &profile("").replace("ROOT", &root));
+    let mut config = Config::load(
+        &LoadOptions {
+            explicit_file: Some(file),
+            ..LoadOptions::default()
+        },
+        &env,
+    )
+    .unwrap();
+    let dev = config.profiles["dev"].clone();
+    for (ws, why) in [
+        (home.clone(), "your home folder"),
+        (fx.root.clone(), "your home folder"),
+        (fx.root.join("data"), "Storage Root"),
+        (fx.root.join("data/dev/home"), "Storage Root"),
+    ] {
+        let err = config
+            .resolve(&dev, &ws, &env, HostVars::Require)
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(err.is_security(), "{msg}");
+        assert!(
+            msg.contains(why) && msg.contains("--allow-broad-workspace"),
+            "{msg}"
+        );
+    }
+    // A project inside the home folder is what Lazaret is for.
+    config
+        .resolve(&dev, &home.join("project"), &env, HostVars::Require)
+        .unwrap();
+    config.allow_broad_workspace = true;
+    config
+        .resolve(&dev, &home, &env, HostVars::Require)
+        .unwrap();
 }

@@ -34,6 +34,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
+    /// Accept a workspace that is or contains your home folder, or is,
+    /// contains or lies in Lazaret's own folders (refused otherwise).
+    #[arg(long, global = true)]
+    allow_broad_workspace: bool,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +48,16 @@ enum Command {
     /// Check or print the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Trust the exact content of a workspace's lazaret.toml, so it may
+    /// widen what the sandbox can do; any change makes it untrusted again.
+    /// Untrusted, a workspace file may only narrow.
+    Trust {
+        /// The file, or the folder holding lazaret.toml (default: ./lazaret.toml).
+        path: Option<PathBuf>,
+        /// Forget the file instead: it is untrusted from now on.
+        #[arg(long)]
+        revoke: bool,
+    },
     /// Show the Domain Anchor of a profile and workspace: its hash and every
     /// host path and container name derived from it.
     Domain {
@@ -113,6 +128,11 @@ enum Command {
         /// Every running domain of this user.
         #[arg(long, conflicts_with = "profile")]
         all: bool,
+        /// Also remove the domain's stored state (its Domain Root: State
+        /// Anchor layers, the agent's clone, audit store), including files
+        /// the agent left owned by other ids.
+        #[arg(long, conflicts_with = "all")]
+        purge: bool,
     },
     /// Print the domain's audit log; --verify checks its hash chain and
     /// names the first bad record.
@@ -253,7 +273,12 @@ enum ConfigCommand {
 pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let env = SystemEnv;
+    ALLOW_BROAD_WORKSPACE.store(
+        cli.allow_broad_workspace,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     match cli.command {
+        Command::Trust { path, revoke } => trust_command(&env, path, revoke),
         Command::Doctor => {
             let checks = crate::doctor::run(&env);
             let (text, failed) = crate::doctor::report(&checks);
@@ -303,12 +328,14 @@ pub fn run() -> Result<ExitCode> {
             profile,
             workspace,
             all,
+            purge,
         } => session::down(
             &cli.config,
             &env,
             profile.as_deref(),
             workspace.as_deref(),
             all,
+            purge,
         ),
         Command::Audit {
             profile,
@@ -386,10 +413,92 @@ pub(crate) fn current_dir() -> Result<PathBuf> {
     std::env::current_dir().context("cannot read the current folder (was it deleted?)")
 }
 
+/// `--allow-broad-workspace`, for every load of this process.
+static ALLOW_BROAD_WORKSPACE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the user passed `--allow-broad-workspace` (a coordinator this
+/// process starts gets it too).
+pub(crate) fn allow_broad_workspace() -> bool {
+    ALLOW_BROAD_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) fn load(explicit: Option<PathBuf>, env: &dyn HostEnv) -> Result<Config> {
+    load_with(explicit, env, false)
+}
+
+/// Like [`load`]; with `skip_untrusted`, an untrusted workspace file that
+/// widens is left out with a warning instead of refused (teardown).
+pub(crate) fn load_with(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    skip_untrusted: bool,
+) -> Result<Config> {
     let cwd = current_dir()?;
-    let opts = LoadOptions::standard(env, &cwd, explicit);
-    Ok(Config::load(&opts, env)?)
+    let mut opts = LoadOptions::standard(env, &cwd, explicit);
+    opts.skip_untrusted_workspace = skip_untrusted;
+    let mut config = Config::load(&opts, env)?;
+    config.allow_broad_workspace = allow_broad_workspace();
+    if let Some(file) = &config.skipped_workspace {
+        eprintln!(
+            "lazaret: warning: left out {}: it is not trusted and widens the sandbox (`lazaret config check` says how)",
+            file.display()
+        );
+    }
+    Ok(config)
+}
+
+/// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
+fn trust_command(env: &dyn HostEnv, path: Option<PathBuf>, revoke: bool) -> Result<ExitCode> {
+    use crate::config::source::{Layer, Merged};
+    use crate::config::trust::{TrustStore, read_workspace_file, sha256_hex, widening_keys};
+    let cwd = current_dir()?;
+    let file = match path {
+        None => cwd.join("lazaret.toml"),
+        Some(p) => {
+            let p = if p.is_absolute() { p } else { cwd.join(p) };
+            if p.is_dir() {
+                p.join("lazaret.toml")
+            } else {
+                p
+            }
+        }
+    };
+    let store = TrustStore::locate(env)?;
+    if revoke {
+        if store.revoke(&file)? {
+            println!("{} is no longer trusted", file.display());
+        } else {
+            println!("{} was not trusted; nothing to revoke", file.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = read_workspace_file(&file)?
+        .with_context(|| format!("{} does not exist; nothing to trust", file.display()))?;
+    // Type-check it first: trusting a file that cannot load helps nobody.
+    let mut upper = Merged::default();
+    upper.add_text(Layer::Workspace, &file, &text)?;
+    let mut lower = Merged::default();
+    if let Some(user) = LoadOptions::standard(env, &cwd, None).user_file
+        && user.exists()
+    {
+        lower.add_file(Layer::User, &user)?;
+    }
+    let sha = sha256_hex(text.as_bytes());
+    store.trust(&file, &sha)?;
+    println!("trusted {}", file.display());
+    println!("  sha256 {sha} (any change makes it untrusted again)");
+    let keys = widening_keys(&lower.table, &upper.table, &upper.origins);
+    if keys.is_empty() {
+        println!("  it only narrows your configuration");
+    } else {
+        println!("  it may now widen what the sandbox can do:");
+        for k in keys {
+            println!("    {}: {}", k.key, k.why);
+        }
+    }
+    println!("  undo with `lazaret trust --revoke {}`", file.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Loads the configuration and binds the chosen profile to the workspace.
@@ -586,8 +695,28 @@ fn save_rule(file: &Path, profile: &str, cidr: &str, allow: bool, base: &[String
             array.push(c);
         }
     }
-    std::fs::write(file, doc.to_string())
-        .with_context(|| format!("cannot write {}", file.display()))?;
+    // The file was trusted (or absent) before: what Lazaret writes for the
+    // user stays trusted. A file that was not trusted stays untrusted.
+    let store = crate::config::trust::TrustStore::locate(&SystemEnv).ok();
+    let was_trusted = match &store {
+        Some(store) if file.exists() => {
+            store.is_trusted(file, &crate::config::trust::sha256_hex(text.as_bytes()))?
+        }
+        Some(_) => true,
+        None => false,
+    };
+    let new_text = doc.to_string();
+    std::fs::write(file, &new_text).with_context(|| format!("cannot write {}", file.display()))?;
+    match store {
+        Some(store) if was_trusted => {
+            store.trust(file, &crate::config::trust::sha256_hex(new_text.as_bytes()))?;
+        }
+        _ => eprintln!(
+            "lazaret: {} was not trusted, so it stays untrusted; read it, then `lazaret trust {}`",
+            file.display(),
+            file.display()
+        ),
+    }
     Ok(())
 }
 
@@ -757,6 +886,30 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
 pub fn config_show(config: &Config) -> String {
     let mut out =
         String::from("# effective configuration; `# file:line` says where each value is set\n");
+    for source in &config.merged.sources {
+        let trust = match (&config.workspace_trust, source.layer) {
+            (Some(t), crate::config::source::Layer::Workspace) if t.trusted => {
+                ", trusted by you (sha256 ".to_string() + &t.sha256[..12] + "...)"
+            }
+            (Some(_), crate::config::source::Layer::Workspace) => {
+                ", NOT trusted: applied because it only narrows".to_string()
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "# {} file: {}{trust}",
+            source.layer,
+            source.path.display()
+        );
+    }
+    if let Some(file) = &config.skipped_workspace {
+        let _ = writeln!(
+            out,
+            "# workspace file LEFT OUT (untrusted, widens): {}",
+            file.display()
+        );
+    }
     show_table(&mut out, config, &config.merged.table, "");
     let _ = writeln!(out, "\n# resolved");
     let _ = writeln!(out, "# storage root:       {}", config.data_root.display());

@@ -331,12 +331,32 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             domains.push(domain);
         }
     }
+    // Domains whose teardown left something (decisions.md D8); one that
+    // runs again is listed as running.
+    let broken: Vec<_> = crate::engine::teardown::broken_domains(&rundir)
+        .into_iter()
+        .filter(|b| !domains.iter().any(|d| d.hash == b.hash))
+        .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&domains)?);
+        let mut all = Vec::new();
+        for d in &domains {
+            let mut v = serde_json::to_value(d)?;
+            v["state"] = "running".into();
+            all.push(v);
+        }
+        for b in &broken {
+            let mut v = serde_json::to_value(b)?;
+            v["state"] = "broken".into();
+            all.push(v);
+        }
+        println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
+    print_broken(&broken);
     if domains.is_empty() {
-        println!("no domain is running");
+        if broken.is_empty() {
+            println!("no domain is running");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -360,6 +380,45 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fails, naming what is left, when the teardown of `hash` left a
+/// broken-domain marker (decisions.md D8: `down` never claims success it
+/// did not verify).
+fn verified_down(rundir: &RuntimeDir, hash: &str) -> Result<()> {
+    let marker = crate::engine::teardown::marker(rundir, hash);
+    let Ok(bytes) = std::fs::read(&marker) else {
+        return Ok(());
+    };
+    let broken: Option<crate::engine::teardown::BrokenDomain> = serde_json::from_slice(&bytes).ok();
+    let left = broken.map(|b| b.left).unwrap_or_default();
+    let mut msg = format!("domain {hash} is NOT down; left:");
+    for l in &left {
+        msg.push_str(&format!(
+            "\n  - {}",
+            lazaret_widgets::visible::make_visible(l).0
+        ));
+    }
+    msg.push_str(
+        "\nFix the cause (`lazaret doctor` checks podman and the runtimes), then run `lazaret down` again; until then `lazaret status` lists the domain as broken.",
+    );
+    bail!("{msg}")
+}
+
+fn print_broken(broken: &[crate::engine::teardown::BrokenDomain]) {
+    let escape_visible = |s: &str| lazaret_widgets::visible::make_visible(s).0;
+    for b in broken {
+        println!(
+            "BROKEN {}  {}  {}: its teardown left something; fix the cause, then `lazaret down {}` in that folder",
+            b.hash,
+            b.profile,
+            escape_visible(&b.workspace),
+            b.profile
+        );
+        for l in &b.left {
+            println!("  left: {}", escape_visible(l));
+        }
+    }
 }
 
 /// Asks one coordinator to tear down and waits until its process is gone.
@@ -389,24 +448,51 @@ pub fn down(
     profile: Option<&str>,
     workspace: Option<&Path>,
     all: bool,
+    purge: bool,
 ) -> Result<ExitCode> {
     let rt = runtime()?;
     if all {
         let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
         let mut n = 0;
+        let mut broken = Vec::new();
         for socket in sockets(&rundir) {
             if let Some(hash) = down_socket(&rt, &socket)? {
-                println!("domain {hash} is down");
+                match verified_down(&rundir, &hash) {
+                    Ok(()) => println!("domain {hash} is down"),
+                    Err(e) => {
+                        eprintln!("lazaret: {e}");
+                        broken.push(hash);
+                    }
+                }
                 n += 1;
             }
         }
-        if n == 0 {
+        for b in crate::engine::teardown::broken_domains(&rundir) {
+            if !broken.contains(&b.hash) {
+                eprintln!(
+                    "lazaret: domain {} ({} in {}) is broken: its teardown left something; run `lazaret down {}` in that folder",
+                    b.hash,
+                    b.profile,
+                    lazaret_widgets::visible::make_visible(&b.workspace).0,
+                    b.profile
+                );
+                broken.push(b.hash);
+            }
+        }
+        if n == 0 && broken.is_empty() {
             println!("no domain was running");
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if broken.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
-    let (config, ctx, rundir) = context(explicit, env, profile, workspace)?;
-    if down_socket(&rt, &ctx.control_socket)?.is_none() {
+    let (config, ctx, rundir) = down_context(explicit, env, profile, workspace)?;
+    let rundir_kept = rundir.clone();
+    if let Some(hash) = down_socket(&rt, &ctx.control_socket)? {
+        verified_down(&rundir, &hash)?;
+    } else {
         // No coordinator (it was killed?): clean what it left, holding the
         // domain lock so no new coordinator starts meanwhile.
         let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
@@ -416,7 +502,47 @@ pub fn down(
         let _ = std::fs::remove_file(&ctx.control_socket);
     }
     println!("domain {} is down", ctx.anchor.hash());
+    if purge {
+        // No coordinator may start meanwhile, nor still own the store.
+        let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
+        let rundir = rundir_kept;
+        let _owner = crate::coordinator::lock::exclusive(&ctx.anchor.owner_lock(&rundir))?;
+        let removed = Engine::new(&config, rundir)
+            .purge(&ctx.anchor)
+            .with_context(|| format!("cannot remove the state of domain {}", ctx.anchor.hash()))?;
+        for dir in removed {
+            println!("removed {}", dir.display());
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// [`context`] for teardown: an untrusted workspace file that widens is
+/// left out (with a warning) rather than refused, since tearing down needs
+/// only the Domain Anchor.
+fn down_context(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+) -> Result<(Config, DomainContext, RuntimeDir)> {
+    let config = super::load_with(explicit.clone(), env, true)?;
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let workspace = match workspace {
+        Some(p) => p.to_path_buf(),
+        None => super::current_dir()?,
+    };
+    let selected = config.select_profile(profile)?;
+    let anchor = crate::domain::DomainAnchor::new(&selected.name, &workspace)?;
+    let ctx = DomainContext::new(
+        anchor,
+        &config.data_root,
+        &rundir,
+        explicit
+            .as_ref()
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
+    );
+    Ok((config, ctx, rundir))
 }
 
 pub fn audit(

@@ -12,6 +12,7 @@
 pub mod expand;
 pub mod schema;
 pub mod source;
+pub mod trust;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,12 +40,41 @@ pub enum ConfigError {
     Merge { message: String },
     #[error("{}", Problems(.0))]
     Invalid(Vec<Problem>),
+    #[error("{}", untrusted_message(.file, .keys))]
+    Untrusted {
+        file: PathBuf,
+        keys: Vec<trust::Widening>,
+    },
+    #[error(transparent)]
+    Trust(#[from] trust::TrustError),
+}
+
+/// The one message for an untrusted workspace file that widens (D8).
+fn untrusted_message(file: &Path, keys: &[trust::Widening]) -> String {
+    let mut s = format!(
+        "security: {} is not trusted, and it widens what the sandbox may do:",
+        file.display()
+    );
+    for k in keys {
+        match &k.location {
+            Some(loc) => s.push_str(&format!("\n  {loc}: {}: {}", k.key, k.why)),
+            None => s.push_str(&format!("\n  {}: {}", k.key, k.why)),
+        }
+    }
+    s.push_str(&format!(
+        "\nA workspace file may have been written by the agent or shipped with the project, so \
+         untrusted it may only narrow. Read it; if you want what it says, trust this exact content \
+         with `lazaret trust {}` (any later change makes it untrusted again), or remove those keys.",
+        file.display()
+    ));
+    s
 }
 
 impl ConfigError {
     /// True when any problem is a security refusal (e.g. a `..` segment).
     pub fn is_security(&self) -> bool {
         matches!(self, ConfigError::Invalid(p) if p.iter().any(|p| p.security))
+            || matches!(self, ConfigError::Untrusted { .. })
     }
 }
 
@@ -93,9 +123,24 @@ pub struct LoadOptions {
     pub workspace_file: Option<PathBuf>,
     /// `--config FILE`; must exist when given.
     pub explicit_file: Option<PathBuf>,
+    /// Where trusted workspace files are recorded (decisions.md D8); `None`:
+    /// nothing is trusted, so the workspace file may only narrow.
+    pub trust_store: Option<trust::TrustStore>,
+    /// Leave out an untrusted workspace file that widens, instead of
+    /// refusing (for teardown, which needs only the Domain Anchor).
+    pub skip_untrusted_workspace: bool,
 }
 
 impl LoadOptions {
+    /// `$XDG_CONFIG_HOME/lazaret` (or `~/.config/lazaret`).
+    pub fn standard_user_dir(env: &dyn HostEnv) -> Option<PathBuf> {
+        env.var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| env.home().map(|h| h.join(".config")))
+            .map(|c| c.join("lazaret"))
+    }
+
     /// The standard hierarchy for this user and folder.
     ///
     /// `$LAZARET_USER_CONFIG` replaces the user file's path; set to the empty
@@ -107,6 +152,8 @@ impl LoadOptions {
                 user_file: (!user.is_empty()).then(|| PathBuf::from(user)),
                 workspace_file: Some(cwd.join("lazaret.toml")),
                 explicit_file: explicit,
+                trust_store: trust::TrustStore::locate(env).ok(),
+                skip_untrusted_workspace: false,
             };
         }
         let config_home = env
@@ -118,6 +165,8 @@ impl LoadOptions {
             user_file: config_home.map(|c| c.join("lazaret").join("config.toml")),
             workspace_file: Some(cwd.join("lazaret.toml")),
             explicit_file: explicit,
+            trust_store: trust::TrustStore::locate(env).ok(),
+            skip_untrusted_workspace: false,
         }
     }
 }
@@ -133,6 +182,14 @@ pub struct Config {
     pub profiles: BTreeMap<String, ProfileConfig>,
     /// The merged files, for `config show` and error locations.
     pub merged: Merged,
+    /// The workspace file read, and whether the user trusted it.
+    pub workspace_trust: Option<trust::WorkspaceTrust>,
+    /// A workspace file left out because it was untrusted and widened
+    /// (only with [`LoadOptions::skip_untrusted_workspace`]).
+    pub skipped_workspace: Option<PathBuf>,
+    /// The user passed `--allow-broad-workspace`: a workspace may be or
+    /// contain the home folder or Lazaret's own folders.
+    pub allow_broad_workspace: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -532,18 +589,73 @@ impl Config {
     /// Reads the hierarchy of `opts` and validates it.
     pub fn load(opts: &LoadOptions, env: &dyn HostEnv) -> Result<Config, ConfigError> {
         let mut merged = Merged::default();
+        let mut workspace_trust = None;
+        let mut skipped_workspace = None;
         for (layer, path, required) in [
             (Layer::User, &opts.user_file, false),
             (Layer::Workspace, &opts.workspace_file, false),
             (Layer::CommandLine, &opts.explicit_file, true),
         ] {
             let Some(path) = path else { continue };
+            if layer == Layer::Workspace {
+                match Self::workspace_layer(&merged, path, opts)? {
+                    WorkspaceLayer::Absent => {}
+                    WorkspaceLayer::Apply(text, state) => {
+                        merged.add_text(layer, path, &text)?;
+                        workspace_trust = Some(state);
+                    }
+                    WorkspaceLayer::Skip => skipped_workspace = Some(path.clone()),
+                }
+                continue;
+            }
             if !required && !path.exists() {
                 continue;
             }
             merged.add_file(layer, path)?;
         }
-        Config::from_merged(merged, env)
+        let mut config = Config::from_merged(merged, env)?;
+        config.workspace_trust = workspace_trust;
+        config.skipped_workspace = skipped_workspace;
+        Ok(config)
+    }
+
+    /// Reads the workspace file once (the bytes hashed are the bytes
+    /// parsed) and decides whether it may apply (decisions.md D8).
+    fn workspace_layer(
+        lower: &Merged,
+        path: &Path,
+        opts: &LoadOptions,
+    ) -> Result<WorkspaceLayer, ConfigError> {
+        let Some(text) = trust::read_workspace_file(path)? else {
+            return Ok(WorkspaceLayer::Absent);
+        };
+        let sha256 = trust::sha256_hex(text.as_bytes());
+        let trusted = match &opts.trust_store {
+            Some(store) => store.is_trusted(path, &sha256)?,
+            None => false,
+        };
+        let state = trust::WorkspaceTrust {
+            file: path.to_path_buf(),
+            sha256,
+            trusted,
+        };
+        if trusted {
+            return Ok(WorkspaceLayer::Apply(text, state));
+        }
+        // Type-check it alone first: a syntax error points into the file.
+        let mut probe = Merged::default();
+        probe.add_text(Layer::Workspace, path, &text)?;
+        let keys = trust::widening_keys(&lower.table, &probe.table, &probe.origins);
+        if keys.is_empty() {
+            Ok(WorkspaceLayer::Apply(text, state))
+        } else if opts.skip_untrusted_workspace {
+            Ok(WorkspaceLayer::Skip)
+        } else {
+            Err(ConfigError::Untrusted {
+                file: path.to_path_buf(),
+                keys,
+            })
+        }
     }
 
     /// Validates a merged tree; every problem found is reported at once.
@@ -635,6 +747,9 @@ impl Config {
                 },
                 profiles,
                 merged,
+                workspace_trust: None,
+                skipped_workspace: None,
+                allow_broad_workspace: false,
             }),
             _ => Err(ConfigError::Invalid(v.problems)),
         }
@@ -679,6 +794,19 @@ impl Config {
                 security: false,
             }])
         })?;
+        let internal = self.internal_folders(env);
+        let mut lazaret_folders = internal.clone();
+        lazaret_folders.push((self.data_root.clone(), "Lazaret's Storage Root"));
+        if !self.allow_broad_workspace
+            && let Some(message) = broad_workspace(domain.workspace(), env, &lazaret_folders)
+        {
+            return Err(ConfigError::Invalid(vec![Problem {
+                location: None,
+                key: "workspace".into(),
+                message,
+                security: true,
+            }]));
+        }
         let profile_dir = self.data_root.join(&profile.name);
         let domain_dir = domain.domain_root(&self.data_root);
         let values = TokenValues {
@@ -729,7 +857,10 @@ impl Config {
                     continue;
                 }
             };
-            match self.canonical_volume_host(&host) {
+            match self.canonical_volume_host(&host).and_then(|(c, in_root)| {
+                volume_reaches_internal(&c, &domain_dir, &internal)
+                    .map_or(Ok((c, in_root)), |m| Err((m, true)))
+            }) {
                 Ok((canonical, in_storage_root)) => volumes.push(ResolvedVolume {
                     host: canonical,
                     container,
@@ -778,6 +909,32 @@ impl Config {
         })
     }
 
+    /// Lazaret's own folders outside a Domain Root, canonical, each with
+    /// what it is: no volume may reach them, and no workspace contain them.
+    fn internal_folders(&self, env: &dyn HostEnv) -> Vec<(PathBuf, &'static str)> {
+        let mut out: Vec<(PathBuf, &'static str)> = crate::domain::STORAGE_ROOT_INTERNAL
+            .iter()
+            .map(|n| (self.data_root.join(n), "a folder of Lazaret's Storage Root"))
+            .collect();
+        out.push((
+            self.escalation.socket_dir.clone(),
+            "the Escalation Socket folder",
+        ));
+        out.push((
+            crate::rundir::RuntimeDir::locate(env),
+            "Lazaret's runtime folder",
+        ));
+        if let Ok(store) = trust::TrustStore::locate(env) {
+            out.push((store.path().to_path_buf(), "Lazaret's trust records"));
+        }
+        if let Some(dir) = LoadOptions::standard_user_dir(env) {
+            out.push((dir, "Lazaret's configuration folder"));
+        }
+        out.into_iter()
+            .map(|(p, what)| (canonicalize_lenient(&p).unwrap_or(p), what))
+            .collect()
+    }
+
     /// Spec §3.2.3 (3): canonicalise a volume's host path. Paths inside the
     /// Storage Root may not exist yet (Lazaret creates them) but must not
     /// leave it through a symlink; any other host path must exist.
@@ -810,6 +967,75 @@ impl Config {
             })
         }
     }
+}
+
+/// Why a volume at canonical `host` is refused: it is, contains or lies in
+/// one of Lazaret's own folders. Inside the domain's own root, plain
+/// folders that are not Lazaret's are allowed (`{domain_dir}/cache`).
+fn volume_reaches_internal(
+    host: &Path,
+    domain_root: &Path,
+    internal: &[(PathBuf, &'static str)],
+) -> Option<String> {
+    let domain_root = canonicalize_lenient(domain_root).unwrap_or(domain_root.to_path_buf());
+    if let Ok(rest) = host.strip_prefix(&domain_root)
+        && let Some(first) = rest.components().next()
+    {
+        let name = first.as_os_str().to_string_lossy();
+        return crate::domain::is_domain_root_internal(&name).then(|| {
+            format!(
+                "security: `{}` is Lazaret's own `{name}` in the Domain Root (state store, logs, the agent's repository or State Anchor layers); mount a folder of its own instead, e.g. {{domain_dir}}/cache",
+                host.display()
+            )
+        });
+    }
+    internal
+        .iter()
+        .find(|(dir, _)| host.starts_with(dir) || dir.starts_with(host))
+        .map(|(dir, what)| {
+            format!(
+                "security: `{}` is, contains or lies in {} ({}), which the sandbox must not reach; mount a folder of its own instead, e.g. {{profile_dir}}/NAME or {{domain_dir}}/NAME",
+                host.display(),
+                what,
+                dir.display()
+            )
+        })
+}
+
+/// Why `workspace` (canonical) is too broad to be a workspace: it is or
+/// contains the home folder, or is, contains or lies in Lazaret's folders.
+fn broad_workspace(
+    workspace: &Path,
+    env: &dyn HostEnv,
+    internal: &[(PathBuf, &'static str)],
+) -> Option<String> {
+    let hint =
+        "run Lazaret in a project folder, or pass --allow-broad-workspace if you really mean this";
+    if let Some(home) = env.home().map(|h| h.canonicalize().unwrap_or(h))
+        && home.starts_with(workspace)
+    {
+        return Some(format!(
+            "security: the workspace {} is or contains your home folder {}: the agent could read your keys and change your shell's startup files; {hint}",
+            workspace.display(),
+            home.display()
+        ));
+    }
+    internal
+        .iter()
+        .find(|(dir, _)| dir.starts_with(workspace) || workspace.starts_with(dir))
+        .map(|(dir, what)| {
+            format!(
+                "security: the workspace {} is, contains or lies in {what} ({}); {hint}",
+                workspace.display(),
+                dir.display()
+            )
+        })
+}
+
+enum WorkspaceLayer {
+    Absent,
+    Apply(String, trust::WorkspaceTrust),
+    Skip,
 }
 
 /// Whether [`Config::resolve`] must find every `env:` variable on the host.
@@ -969,6 +1195,10 @@ impl Validator<'_> {
     fn profile(&mut self, name: &str, raw: &schema::Profile) -> Option<ProfileConfig> {
         let base = format!("profiles.{name}");
         if let Err(e) = validate_profile_name(name) {
+            self.push(&base, e, true);
+            return None;
+        }
+        if let Some(e) = crate::domain::reserved_profile_name(name) {
             self.push(&base, e, true);
             return None;
         }

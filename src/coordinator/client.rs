@@ -111,10 +111,12 @@ fn log_tail(log: &Path) -> String {
 }
 
 fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
-    std::fs::create_dir_all(&ctx.domain_root).map_err(ClientError::Spawn)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    crate::rundir::create_private_dir(&ctx.domain_root).map_err(ClientError::Spawn)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&ctx.log)
         .map_err(ClientError::Spawn)?;
     let exe = std::env::current_exe().map_err(ClientError::Spawn)?;
@@ -124,6 +126,9 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
         .arg(ctx.anchor.profile())
         .arg("--workspace")
         .arg(ctx.anchor.workspace());
+    if crate::cli::allow_broad_workspace() {
+        cmd.arg("--allow-broad-workspace");
+    }
     if let Some(c) = &ctx.config {
         cmd.arg("--config").arg(c);
     }

@@ -177,6 +177,8 @@ pub fn run(
     std::fs::create_dir_all(&domain_root)
         .with_context(|| format!("cannot create {}", domain_root.display()))?;
     let store = Arc::new(Store::open(&domain_root.join("state.redb"))?);
+    // The audit store and log are the user's alone (0700/0600).
+    engine.secure_domain(&resolved.domain);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

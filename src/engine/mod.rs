@@ -12,6 +12,7 @@ pub mod images;
 pub mod mounts;
 pub mod podman;
 pub mod state_anchor;
+pub mod teardown;
 pub mod wrapper;
 
 use std::path::{Path, PathBuf};
@@ -188,6 +189,7 @@ impl Engine {
             .podman
             .containers_with_label(LABEL_DOMAIN, anchor.hash())?
             .is_empty()
+            || teardown::marker(&self.rundir, anchor.hash()).exists()
         {
             progress(Step::CleaningLeftovers);
             self.down(anchor)?;
@@ -231,6 +233,10 @@ impl Engine {
             });
         match result {
             Ok(s) => {
+                let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
+                    .then_some(layout.host.as_path());
+                self.record_footprint(anchor, direct);
+                self.secure_domain(anchor);
                 progress(Step::Ready);
                 Ok(s)
             }
@@ -531,6 +537,8 @@ impl Engine {
     /// State Anchor. Every step is attempted even when one fails; the
     /// report lists what failed. Safe to call on a domain that is not up.
     pub fn down(&self, anchor: &DomainAnchor) -> Result<(), EngineError> {
+        // Taken first: once podman forgets a container, its ID is gone.
+        let footprint = self.teardown_footprint(anchor);
         let mut failures = Vec::new();
         // Dependants first: podman refuses to remove the namespace owner
         // while the sandbox uses it.
@@ -552,14 +560,51 @@ impl Engine {
         if let Err(e) = state_anchor::unmount(&self.podman, &self.domain_root(anchor)) {
             failures.push(format!("unmounting the State Anchor: {e}"));
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(EngineError::Teardown(format!(
-                "teardown of domain {} was incomplete: {}",
-                anchor.hash(),
-                failures.join("; ")
-            )))
+        // The truth is what remains, not what the steps said (decisions.md D8).
+        let mut left = self.leftovers(anchor, &footprint);
+        if left.is_empty()
+            && let Some(ws) = &footprint.direct
+            && let Err(e) = self.reclaim(ws)
+        {
+            left.push(format!(
+                "files the agent left in {} owned by other ids could not be given back to you ({e})",
+                ws.display()
+            ));
+        }
+        self.record_teardown(anchor, &left);
+        if left.is_empty() {
+            return Ok(());
+        }
+        let mut msg = format!("domain {} is NOT down; left:", anchor.hash());
+        for l in &left {
+            msg.push_str(&format!("\n  - {l}"));
+        }
+        if !failures.is_empty() {
+            msg.push_str(&format!("\nwhile tearing down: {}", failures.join("; ")));
+        }
+        msg.push_str(
+            "\nFix the cause (`lazaret doctor` checks podman and the runtimes), then run `lazaret down` again; until then `lazaret status` lists the domain as broken.",
+        );
+        Err(EngineError::Teardown(msg))
+    }
+
+    /// Makes the Storage Root, its internal folders, this Domain Root and
+    /// the files Lazaret keeps in it private to the user (0700/0600). Best
+    /// effort: a folder that is not the user's is left as it is.
+    pub fn secure_domain(&self, anchor: &DomainAnchor) {
+        use crate::rundir::make_private;
+        let _ = make_private(&self.data_root, true);
+        for name in crate::domain::STORAGE_ROOT_INTERNAL {
+            let _ = make_private(&self.data_root.join(name), true);
+        }
+        let root = self.domain_root(anchor);
+        let _ = make_private(&root, true);
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = make_private(&e.path(), false);
+                }
+            }
         }
     }
 }

@@ -1,0 +1,396 @@
+//! Verified teardown (decisions.md D8): after the containers are removed and
+//! the State Anchor unmounted, nothing of the domain may remain: no
+//! container podman knows, no runtime process (runsc sandbox and gofer,
+//! conmon, a runc container's init), no State Anchor mount. What remains is
+//! named, recorded as a broken-domain marker in the runtime folder (for
+//! `lazaret status`), and `down` fails.
+//!
+//! Runtime processes are found by the container IDs in their command lines
+//! (runsc and conmon carry them) and by the recorded init PIDs with their
+//! start times, from podman now and from a footprint written at start, so
+//! processes podman has forgotten are still found.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Engine, LABEL_DOMAIN, state_anchor};
+use crate::domain::DomainAnchor;
+use crate::rundir::RuntimeDir;
+
+/// What identifies a domain's runtime processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Full container IDs.
+    pub ids: Vec<String>,
+    /// (pid, start time in clock ticks since boot) of container inits and conmons.
+    pub pids: Vec<(i32, u64)>,
+    /// The host workspace was shared read-write (direct mode): the agent
+    /// may have left files there owned by subordinate ids.
+    #[serde(default)]
+    pub direct: Option<PathBuf>,
+}
+
+impl Footprint {
+    fn merge(&mut self, other: Footprint) {
+        for id in other.ids {
+            if !self.ids.contains(&id) {
+                self.ids.push(id);
+            }
+        }
+        for p in other.pids {
+            if !self.pids.contains(&p) {
+                self.pids.push(p);
+            }
+        }
+        if self.direct.is_none() {
+            self.direct = other.direct;
+        }
+    }
+}
+
+/// A domain whose teardown left something behind, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokenDomain {
+    pub hash: String,
+    pub profile: String,
+    pub workspace: String,
+    /// What is left, one line each.
+    pub left: Vec<String>,
+}
+
+/// The footprint file in a Domain Root.
+fn footprint_file(domain_root: &Path) -> PathBuf {
+    domain_root.join("footprint.json")
+}
+
+/// The broken-domain marker of `hash` in the runtime folder.
+pub fn marker(rundir: &RuntimeDir, hash: &str) -> PathBuf {
+    rundir.path().join(format!("broken_{hash}.json"))
+}
+
+/// Every broken-domain marker in the runtime folder.
+pub fn broken_domains(rundir: &RuntimeDir) -> Vec<BrokenDomain> {
+    let mut out: Vec<BrokenDomain> = std::fs::read_dir(rundir.path())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with("broken_") && n.ends_with(".json"))
+                })
+                .filter_map(|e| std::fs::read(e.path()).ok())
+                .filter_map(|b| serde_json::from_slice(&b).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort_by(|a: &BrokenDomain, b| a.hash.cmp(&b.hash));
+    out
+}
+
+/// Start time of `pid` (field 22 of /proc/PID/stat), if it lives.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    let mut fields = rest.split(' ');
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Live processes that belong to `fp`: (pid, name).
+pub fn processes(fp: &Footprint) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let by_pid = fp
+            .pids
+            .iter()
+            .any(|(p, t)| *p == pid && start_time(pid) == Some(*t));
+        let by_id = !fp.ids.is_empty()
+            && std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                fp.ids.iter().any(|id| c.contains(id.as_str()))
+            });
+        if (by_pid || by_id) && start_time(pid).is_some() {
+            out.push((pid, comm(pid)));
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Engine {
+    /// The footprint of containers `names_or_ids` (one podman call).
+    fn inspect_footprint(&self, names_or_ids: &[String]) -> Footprint {
+        let mut fp = Footprint::default();
+        if names_or_ids.is_empty() {
+            return fp;
+        }
+        let mut args = vec![
+            "container".to_string(),
+            "inspect".into(),
+            "--format".into(),
+            "{{.Id}} {{.State.Pid}} {{.State.ConmonPid}}".into(),
+        ];
+        args.extend(names_or_ids.iter().cloned());
+        // A missing container fails the call but the others are printed.
+        let out = match self.podman.run(&args) {
+            Ok(out) => out,
+            Err(_) => return fp,
+        };
+        for line in out.lines() {
+            let mut words = line.split_whitespace();
+            if let Some(id) = words.next() {
+                fp.ids.push(id.to_string());
+            }
+            for pid in words.filter_map(|p| p.parse::<i32>().ok()) {
+                if pid > 0
+                    && let Some(t) = start_time(pid)
+                {
+                    fp.pids.push((pid, t));
+                }
+            }
+        }
+        fp
+    }
+
+    /// The domain's footprint as podman knows it now (empty if podman cannot say).
+    fn live_footprint(&self, anchor: &DomainAnchor) -> Footprint {
+        match self.podman.run([
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &format!("label={LABEL_DOMAIN}={}", anchor.hash()),
+            "--format",
+            "{{.ID}}",
+        ]) {
+            Ok(ids) => {
+                let ids: Vec<String> = ids
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                let mut fp = self.inspect_footprint(&ids);
+                // Keep the IDs even if inspect failed half-way.
+                fp.merge(Footprint {
+                    ids,
+                    ..Footprint::default()
+                });
+                fp
+            }
+            Err(_) => Footprint::default(),
+        }
+    }
+
+    /// Records the running domain's footprint, so a later teardown finds
+    /// its processes even if podman has forgotten the containers.
+    pub(super) fn record_footprint(&self, anchor: &DomainAnchor, direct: Option<&Path>) {
+        let mut fp = self.inspect_footprint(&[anchor.sandbox_name(), anchor.sidecar_name()]);
+        fp.direct = direct.map(Path::to_path_buf);
+        let path = footprint_file(&self.domain_root(anchor));
+        if let Ok(text) = serde_json::to_vec(&fp) {
+            let _ = crate::rundir::write_private(&path, &text);
+        }
+    }
+
+    /// The footprint to check at teardown: the recorded one and podman's.
+    pub(super) fn teardown_footprint(&self, anchor: &DomainAnchor) -> Footprint {
+        let mut fp: Footprint = std::fs::read(footprint_file(&self.domain_root(anchor)))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        fp.merge(self.live_footprint(anchor));
+        fp
+    }
+
+    /// Checks that nothing of the domain remains; kills runtime processes
+    /// that podman no longer knows (orphans of a lost runtime), then lists
+    /// whatever is still there.
+    pub(super) fn leftovers(&self, anchor: &DomainAnchor, fp: &Footprint) -> Vec<String> {
+        let mut left = Vec::new();
+        let containers = self
+            .podman
+            .containers_with_label(LABEL_DOMAIN, anchor.hash());
+        let podman_knows_some = match &containers {
+            Ok(names) => {
+                for n in names {
+                    left.push(format!("container {n} (podman still has it)"));
+                }
+                !names.is_empty()
+            }
+            Err(e) => {
+                left.push(format!(
+                    "unknown: podman cannot say which containers remain ({e})"
+                ));
+                true
+            }
+        };
+        let mut procs = processes(fp);
+        if !procs.is_empty() && !podman_knows_some {
+            // Nobody will ever stop these: they are this domain's, by
+            // container ID or recorded PID and start time.
+            for (pid, _) in &procs {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !procs.is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+                procs = processes(fp);
+            }
+        }
+        for (pid, name) in procs {
+            left.push(format!("runtime process {pid} ({name})"));
+        }
+        match state_anchor::mounted_under(&self.podman, &self.domain_root(anchor)) {
+            Ok(mounts) => {
+                for m in mounts {
+                    left.push(format!("State Anchor mount {}", m.display()));
+                }
+            }
+            Err(e) => left.push(format!(
+                "unknown: the State Anchor mounts cannot be checked ({e})"
+            )),
+        }
+        left
+    }
+
+    /// Gives the user back what the agent left in `dir` owned by a
+    /// subordinate id (a `chown` inside the sandbox, or a folder made mode
+    /// 000), so the user can change or remove it: through the user's podman
+    /// namespace, where the user is root, such entries are made the user's,
+    /// and folders among them get the user's rwx. Symlinks are never
+    /// followed and no other file system is entered.
+    pub fn reclaim(&self, dir: &Path) -> Result<(), super::podman::PodmanError> {
+        if !dir.is_dir() {
+            return Ok(());
+        }
+        let d = dir.to_string_lossy();
+        self.podman.run_with(
+            [
+                "unshare", "find", &d, "-xdev", "(", "!", "-uid", "0", "-o", "!", "-gid", "0", ")",
+                "(", "-type", "d", "-exec", "chmod", "u+rwx", "{}", "+", "-o", "-true", ")",
+                "-exec", "chown", "-h", "0:0", "{}", "+",
+            ],
+            Duration::from_secs(600),
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// Tears down what [`Engine::down`] leaves and removes the Domain Root
+    /// and the domain's escalation folder, through the user's podman
+    /// namespace so files owned by subordinate ids or with no permissions
+    /// go too.
+    pub fn purge(&self, anchor: &DomainAnchor) -> Result<Vec<PathBuf>, super::EngineError> {
+        self.down(anchor)?;
+        let mut removed = Vec::new();
+        for dir in [
+            self.domain_root(anchor),
+            anchor.escalation_dir(&self.socket_dir),
+        ] {
+            if std::fs::symlink_metadata(&dir).is_err() {
+                continue;
+            }
+            self.podman.run_with(
+                [
+                    "unshare",
+                    "rm",
+                    "-rf",
+                    "--one-file-system",
+                    "--",
+                    &dir.to_string_lossy(),
+                ],
+                Duration::from_secs(600),
+                None,
+            )?;
+            removed.push(dir);
+        }
+        Ok(removed)
+    }
+
+    /// Records the outcome of a teardown: a marker when something is left,
+    /// none (and no footprint) when the domain is gone.
+    pub(super) fn record_teardown(&self, anchor: &DomainAnchor, left: &[String]) {
+        let marker = marker(&self.rundir, anchor.hash());
+        if left.is_empty() {
+            let _ = std::fs::remove_file(&marker);
+            let _ = std::fs::remove_file(footprint_file(&self.domain_root(anchor)));
+            return;
+        }
+        let broken = BrokenDomain {
+            hash: anchor.hash().to_string(),
+            profile: anchor.profile().to_string(),
+            workspace: anchor.workspace().display().to_string(),
+            left: left.to_vec(),
+        };
+        if let Ok(text) = serde_json::to_vec_pretty(&broken) {
+            let _ = crate::rundir::write_private(&marker, &text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_process_by_id_in_its_command_line_and_by_pid() {
+        let id = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed";
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30", id])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // /proc shows the child once it has exec'd.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let fp = Footprint {
+            ids: vec![id.into()],
+            ..Footprint::default()
+        };
+        while !processes(&fp).iter().any(|(p, _)| *p == pid) {
+            assert!(Instant::now() < deadline, "not found by id");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let by_pid = Footprint {
+            pids: vec![(pid, start_time(pid).unwrap())],
+            ..Footprint::default()
+        };
+        assert_eq!(processes(&by_pid).len(), 1);
+        // A recycled PID (other start time) is not ours.
+        let stale = Footprint {
+            pids: vec![(pid, start_time(pid).unwrap() + 1)],
+            ..Footprint::default()
+        };
+        assert!(processes(&stale).is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(processes(&fp).is_empty());
+    }
+}
