@@ -114,11 +114,38 @@ fn config_show_names_the_origin_of_each_value() {
         "ws/lazaret.toml",
         "# local override\n[profiles.claude]\nimage = \"localhost/mine:1\"\n",
     );
+    // Another image widens: untrusted, the file is refused and says how to
+    // trust it; trusted, it applies and `show` says which layer is trusted.
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "show"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("`lazaret trust {}`", local.display())),
+        "{stderr}"
+    );
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["trust"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(
+        text(&out).0.contains("profiles.claude.image"),
+        "{}",
+        text(&out).0
+    );
     let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "show"])
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "# workspace file: {}, trusted by you",
+            local.display()
+        )),
+        "{stdout}"
+    );
     assert!(
         stdout.contains(&format!(
             "image = \"localhost/mine:1\"  # {}:3",

@@ -278,7 +278,7 @@ pub fn run() -> Result<ExitCode> {
         std::sync::atomic::Ordering::Relaxed,
     );
     match cli.command {
-        Command::Trust { path, revoke } => trust_command(&env, path, revoke),
+        Command::Trust { path, revoke } => trust_command(&env, cli.config, path, revoke),
         Command::Doctor => {
             let checks = crate::doctor::run(&env);
             let (text, failed) = crate::doctor::report(&checks);
@@ -449,7 +449,12 @@ pub(crate) fn load_with(
 }
 
 /// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
-fn trust_command(env: &dyn HostEnv, path: Option<PathBuf>, revoke: bool) -> Result<ExitCode> {
+fn trust_command(
+    env: &dyn HostEnv,
+    explicit: Option<PathBuf>,
+    path: Option<PathBuf>,
+    revoke: bool,
+) -> Result<ExitCode> {
     use crate::config::source::{Layer, Merged};
     use crate::config::trust::{TrustStore, read_workspace_file, sha256_hex, widening_keys};
     let cwd = current_dir()?;
@@ -483,6 +488,9 @@ fn trust_command(env: &dyn HostEnv, path: Option<PathBuf>, revoke: bool) -> Resu
         && user.exists()
     {
         lower.add_file(Layer::User, &user)?;
+    }
+    if let Some(explicit) = &explicit {
+        lower.add_file(Layer::CommandLine, explicit)?;
     }
     let sha = sha256_hex(text.as_bytes());
     store.trust(&file, &sha)?;
@@ -571,8 +579,9 @@ fn sandbox_up(
 
 fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Result<ExitCode> {
     // Teardown must work even when the configuration no longer resolves
-    // (e.g. an env: variable is unset now): only the Domain Anchor is needed.
-    let config = load(explicit, env)?;
+    // (e.g. an env: variable is unset now, or an untrusted workspace file
+    // widens): only the Domain Anchor is needed.
+    let config = load_with(explicit, env, true)?;
     let profile = config.select_profile(d.profile.as_deref())?;
     let workspace = match &d.path {
         Some(p) => p.clone(),

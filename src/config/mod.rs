@@ -588,6 +588,17 @@ pub fn banned_auto_approve_reason(program: &str) -> Option<&'static str> {
 impl Config {
     /// Reads the hierarchy of `opts` and validates it.
     pub fn load(opts: &LoadOptions, env: &dyn HostEnv) -> Result<Config, ConfigError> {
+        // The configuration without the workspace file: an untrusted one
+        // must allow no more than this.
+        let mut base = Merged::default();
+        if let Some(user) = &opts.user_file
+            && user.exists()
+        {
+            base.add_file(Layer::User, user)?;
+        }
+        if let Some(explicit) = &opts.explicit_file {
+            base.add_file(Layer::CommandLine, explicit)?;
+        }
         let mut merged = Merged::default();
         let mut workspace_trust = None;
         let mut skipped_workspace = None;
@@ -598,7 +609,7 @@ impl Config {
         ] {
             let Some(path) = path else { continue };
             if layer == Layer::Workspace {
-                match Self::workspace_layer(&merged, path, opts)? {
+                match Self::workspace_layer(&base, path, opts)? {
                     WorkspaceLayer::Absent => {}
                     WorkspaceLayer::Apply(text, state) => {
                         merged.add_text(layer, path, &text)?;
@@ -620,7 +631,9 @@ impl Config {
     }
 
     /// Reads the workspace file once (the bytes hashed are the bytes
-    /// parsed) and decides whether it may apply (decisions.md D8).
+    /// parsed) and decides whether it may apply (decisions.md D8): trusted,
+    /// or every key it sets narrows what `lower` (the configuration without
+    /// it) allows.
     fn workspace_layer(
         lower: &Merged,
         path: &Path,

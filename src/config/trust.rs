@@ -8,7 +8,8 @@
 //! is untrusted again.
 //!
 //! Untrusted, the file may only *narrow*: every key it sets must leave the
-//! merged result allowing a subset of what the layers below allow. Only a
+//! merged result allowing a subset of what the configuration without it
+//! allows. Only a
 //! short list of keys can be proven narrowing (a value equal to the lower
 //! layers', a deny list that keeps every lower entry, allow lists and
 //! auto-approve lists that drop entries, `escalation.enabled = false`,
@@ -253,7 +254,7 @@ impl TrustStore {
 }
 
 /// Every key of `upper` (an untrusted workspace layer) that is not proven
-/// to narrow what `lower` (the merged layers below it) allows.
+/// to narrow what `lower` (the configuration without it) allows.
 pub fn widening_keys(
     lower: &toml::Table,
     upper: &toml::Table,
@@ -278,12 +279,12 @@ pub fn widening_keys(
                     match k.as_str() {
                         "default_allow" => {
                             if !is_subset(v, lv, true) {
-                                refuse(path, "allows egress the layers below do not");
+                                refuse(path, "allows egress your own configuration does not");
                             }
                         }
                         "default_deny" => {
                             if !is_subset(lv.unwrap_or(&empty_array()), Some(v), true) {
-                                refuse(path, "drops deny rules of the layers below");
+                                refuse(path, "drops deny rules of your own configuration");
                             }
                         }
                         _ => {
@@ -303,7 +304,10 @@ pub fn widening_keys(
                         "enabled" if v == &toml::Value::Boolean(false) => {}
                         "auto_approve" => {
                             if !is_subset(v, lv, false) {
-                                refuse(path, "auto-approves commands the layers below do not");
+                                refuse(
+                                    path,
+                                    "auto-approves commands your own configuration does not",
+                                );
                             }
                         }
                         _ => {
@@ -320,7 +324,7 @@ pub fn widening_keys(
                     let base = format!("profiles.{name}");
                     let Some(low_p) = low_t.and_then(|l| l.get(name)).and_then(|v| v.as_table())
                     else {
-                        refuse(base, "defines a profile the layers below do not");
+                        refuse(base, "defines a profile your own configuration does not");
                         continue;
                     };
                     let Some(p) = p.as_table() else {
@@ -352,12 +356,12 @@ fn profile_widening(
         match k.as_str() {
             "allow_egress" => {
                 if !is_subset(v, lv, true) {
-                    refuse(path, "allows egress the layers below do not");
+                    refuse(path, "allows egress your own configuration does not");
                 }
             }
             "persistent_dirs" => {
                 if !is_subset(v, lv, false) {
-                    refuse(path, "persists folders the layers below do not");
+                    refuse(path, "persists folders your own configuration does not");
                 }
             }
             "runtime" if v.as_str() == Some("runsc") => {}
@@ -370,7 +374,7 @@ fn profile_widening(
                 if !narrows {
                     refuse(
                         path,
-                        "mounts host folders (or mounts them with more access) the layers below do not",
+                        "mounts host folders (or mounts them with more access) your own configuration does not",
                     );
                 }
             }

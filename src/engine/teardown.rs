@@ -100,10 +100,22 @@ fn start_time(pid: i32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
+/// What a process calls itself: argv[0]'s file name (runsc's processes
+/// are all `exe` by comm, but `runsc-sandbox`, `runsc-gofer` by argv[0]).
 fn comm(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|c| {
+            let first = c.split(|b| *b == 0).next()?.to_vec();
+            let s = String::from_utf8_lossy(&first).into_owned();
+            let name = s.rsplit('/').next()?.to_string();
+            (!name.is_empty()).then_some(name)
+        });
+    argv0.unwrap_or_else(|| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into())
+    })
 }
 
 /// Live processes that belong to `fp`: (pid, name).

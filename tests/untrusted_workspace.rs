@@ -1,0 +1,239 @@
+//! decisions.md D8 with real sandboxes: an agent-written ./lazaret.toml
+//! cannot widen the next start, Lazaret's folders are private and what the
+//! agent leaves can be removed, and a teardown that leaves something says so.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::sandbox::{Domain, rundir};
+use common::{STANDARD_PATH, podman, text};
+
+fn mode(p: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// This domain's entry in `lazaret status --json`, if any.
+fn status_of(d: &Domain) -> Option<serde_json::Value> {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .cloned()
+}
+
+/// Processes whose command line names one of `ids` (the runtime's).
+fn processes_with(ids: &[String]) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c);
+            if ids.iter().any(|id| c.contains(id.as_str())) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn container_ids(d: &Domain) -> Vec<String> {
+    let out = podman(&[
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        &format!("label=lazaret.domain={}", d.hash),
+        "--format",
+        "{{.ID}}",
+    ]);
+    text(&out).0.lines().map(str::to_string).collect()
+}
+
+/// The agent writes ./lazaret.toml in a direct-mode workspace (or it
+/// arrives with the project) asking for a host folder, runc and open
+/// egress; the user's next start in that folder refuses it, names the file,
+/// the keys and the trust command, and starts nothing.
+#[test]
+fn agent_written_config_cannot_widen_the_next_start() {
+    let d = Domain::new("gvd");
+    d.up();
+    let secret = d.s.mkdir("secret");
+    let planted = format!(
+        "[profiles.gvd]\nruntime = \"runc\"\nallow_egress = [\"0.0.0.0/0\"]\nvolumes = [{{ host = \"{}\", container = \"/loot\", mode = \"rw\" }}]\n",
+        secret.display()
+    );
+    // Written from inside, as the agent would (h12b may make it read-only
+    // in direct mode: then it arrives with the project instead).
+    let (code, _, _) = d.sh(&format!(
+        "printf '%s' '{}' > /workspace/lazaret.toml",
+        planted.replace('\'', "'\\''")
+    ));
+    if code != 0 {
+        d.s.write("ws/lazaret.toml", &planted);
+    }
+    d.down();
+    let out = d.lazaret(&["sandbox", "up"]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "it started: {stdout}{stderr}");
+    let file = d.ws().join("lazaret.toml");
+    for needle in [
+        format!("{} is not trusted", file.display()),
+        "profiles.gvd.runtime".into(),
+        "profiles.gvd.allow_egress".into(),
+        "profiles.gvd.volumes".into(),
+        format!("lazaret trust {}", file.display()),
+    ] {
+        assert!(stderr.contains(&needle), "lacks {needle}: {stderr}");
+    }
+    assert!(d.containers().is_empty(), "{:?}", d.containers());
+    assert_eq!(std::fs::read_dir(&secret).unwrap().count(), 0);
+    // Teardown still works in that folder (the file is left out).
+    let out = d.cmd_raw(STANDARD_PATH, &["down", "gvd"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    // `config show` names the refusal too; once the user trusts the file
+    // it applies, and `config show` says it is trusted.
+    let out = d.cmd_raw(STANDARD_PATH, &["trust"]).output().unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains("profiles.gvd.volumes"), "{o}");
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["config", "show"])
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(o.contains("trusted by you"), "{o}");
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["trust", "--revoke"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = d.lazaret(&["sandbox", "up"]);
+    assert!(!out.status.success(), "revoked, yet it started");
+    assert!(d.containers().is_empty());
+}
+
+/// Storage Root, Domain Roots and the files in them are the user's alone;
+/// what the agent leaves owned by another id with mode 000 is removed by
+/// `lazaret down --purge`.
+#[test]
+fn storage_is_private_and_purge_removes_what_the_agent_left() {
+    let d = Domain::new("rc");
+    // Through a coordinator, so the audit store and log exist.
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["exec", "rc", "--", "sh", "-c",
+            "mkdir -p /usr/trap/deep && touch /usr/trap/deep/f && chown -R 4242:4242 /usr/trap && chmod 000 /usr/trap/deep /usr/trap"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    d.wait_until_gone();
+    let data = d.s.path().join("data");
+    let root = d.domain_root();
+    for dir in [
+        data.clone(),
+        data.join("domains"),
+        data.join("runtime"),
+        root.clone(),
+    ] {
+        if dir.exists() {
+            assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        }
+    }
+    for f in ["state.redb", "coordinator.log", "policy.json"] {
+        let p = root.join(f);
+        assert!(p.exists(), "{f} missing");
+        assert_eq!(mode(&p), 0o600, "{f}");
+    }
+    // The trap really is out of the user's reach by plain means.
+    let trap = root.join("usr_changes/trap");
+    assert!(std::fs::symlink_metadata(&trap).is_ok(), "no trap was left");
+    assert_ne!(
+        std::fs::symlink_metadata(&trap).unwrap().uid(),
+        common::test_user().map_or(nix::unistd::geteuid().as_raw(), |u| u.uid)
+    );
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", "rc", "--purge"])
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains(&format!("removed {}", root.display())), "{o}");
+    assert!(!root.exists(), "the Domain Root is still there");
+}
+
+fn spawn_session(d: &Domain) -> Child {
+    d.cmd_raw(STANDARD_PATH, &["exec", d.profile, "--", "sleep", "120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// podman loses the runtime of a running gVisor domain: `down` must not
+/// say the domain is down, must name what is left, and `status` lists the
+/// domain as broken; once the runtime works again, `down` finishes it.
+#[test]
+fn down_with_a_broken_runtime_names_what_is_left() {
+    let d = Domain::new("gv");
+    let mut session = spawn_session(&d);
+    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while d.containers().len() < 2 || !socket.exists() || status_of(&d).is_none() {
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ids = container_ids(&d);
+    assert!(!processes_with(&ids).is_empty(), "no runtime process found");
+    // The wrapper podman calls as this sandbox's runtime now fails.
+    let wrapper = d.s.path().join("data/runtime/lazaret-runsc");
+    let good = std::fs::read(&wrapper).unwrap();
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\necho 'runtime unavailable' >&2\nexit 1\n",
+    )
+    .unwrap();
+    let out = d.cmd_raw(STANDARD_PATH, &["down", "gv"]).output().unwrap();
+    let (o, e) = text(&out);
+    eprintln!("broken down said:\n{o}{e}");
+    assert!(!out.status.success(), "down claimed success: {o}{e}");
+    assert!(!o.contains("is down"), "{o}");
+    assert!(e.contains(&format!("domain {} is NOT down", d.hash)), "{e}");
+    assert!(e.contains("left:"), "{e}");
+    assert!(
+        e.contains(&format!("lazaret-coord-{}", d.hash)) || e.contains("runtime process"),
+        "it does not name what is left: {e}"
+    );
+    let st = status_of(&d).expect("status does not list the broken domain");
+    assert_eq!(st["state"], "broken", "{st}");
+    assert!(!st["left"].as_array().unwrap().is_empty(), "{st}");
+    let human = d.cmd_raw(STANDARD_PATH, &["status"]).output().unwrap();
+    assert!(
+        text(&human).0.contains(&format!("BROKEN {}", d.hash)),
+        "{}",
+        text(&human).0
+    );
+    // The runtime works again: `down` completes and says so.
+    std::fs::write(&wrapper, &good).unwrap();
+    let out = d.cmd_raw(STANDARD_PATH, &["down", "gv"]).output().unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains("is down"), "{o}");
+    assert!(status_of(&d).is_none(), "still listed");
+    assert!(
+        processes_with(&ids).is_empty(),
+        "runtime processes survived"
+    );
+    d.assert_gone();
+    let _ = session.kill();
+    let _ = session.wait();
+}
