@@ -278,7 +278,7 @@ pub fn run() -> Result<ExitCode> {
         std::sync::atomic::Ordering::Relaxed,
     );
     match cli.command {
-        Command::Trust { path, revoke } => trust_command(&env, cli.config, path, revoke),
+        Command::Trust { path, revoke } => trust_command(&env, cli.config.as_deref(), path, revoke),
         Command::Doctor => {
             let checks = crate::doctor::run(&env);
             let (text, failed) = crate::doctor::report(&checks);
@@ -451,7 +451,7 @@ pub(crate) fn load_with(
 /// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
 fn trust_command(
     env: &dyn HostEnv,
-    explicit: Option<PathBuf>,
+    explicit: Option<&Path>,
     path: Option<PathBuf>,
     revoke: bool,
 ) -> Result<ExitCode> {
@@ -489,7 +489,7 @@ fn trust_command(
     {
         lower.add_file(Layer::User, &user)?;
     }
-    if let Some(explicit) = &explicit {
+    if let Some(explicit) = explicit {
         lower.add_file(Layer::CommandLine, explicit)?;
     }
     let sha = sha256_hex(text.as_bytes());
