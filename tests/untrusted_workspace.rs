@@ -132,7 +132,7 @@ fn storage_is_private_and_purge_removes_what_the_agent_left() {
     // Through a coordinator, so the audit store and log exist.
     let out = d
         .cmd_raw(STANDARD_PATH, &["exec", "rc", "--", "sh", "-c",
-            "mkdir -p /usr/trap/deep && touch /usr/trap/deep/f && chown -R 4242:4242 /usr/trap && chmod 000 /usr/trap/deep /usr/trap"])
+            "mkdir -p /usr/trap/deep /workspace/trap/deep && touch /usr/trap/deep/f /workspace/trap/deep/f && chown -R 4242:4242 /usr/trap /workspace/trap && chmod 000 /usr/trap/deep /usr/trap /workspace/trap/deep /workspace/trap"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
@@ -157,10 +157,20 @@ fn storage_is_private_and_purge_removes_what_the_agent_left() {
     // The trap really is out of the user's reach by plain means.
     let trap = root.join("usr_changes/trap");
     assert!(std::fs::symlink_metadata(&trap).is_ok(), "no trap was left");
-    assert_ne!(
-        std::fs::symlink_metadata(&trap).unwrap().uid(),
-        common::test_user().map_or(nix::unistd::geteuid().as_raw(), |u| u.uid)
-    );
+    let me = common::test_user().map_or(nix::unistd::geteuid().as_raw(), |u| u.uid);
+    assert_ne!(std::fs::symlink_metadata(&trap).unwrap().uid(), me);
+    // In the direct-mode workspace, teardown gave such entries back.
+    for p in [
+        d.ws().join("trap"),
+        d.ws().join("trap/deep"),
+        d.ws().join("trap/deep/f"),
+    ] {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert_eq!(meta.uid(), me, "{} is not the user's", p.display());
+        if meta.is_dir() {
+            assert_eq!(meta.mode() & 0o700, 0o700, "{}", p.display());
+        }
+    }
     let out = d
         .cmd_raw(STANDARD_PATH, &["down", "rc", "--purge"])
         .output()
@@ -236,4 +246,25 @@ fn down_with_a_broken_runtime_names_what_is_left() {
     d.assert_gone();
     let _ = session.kill();
     let _ = session.wait();
+}
+
+/// A Storage Root that another user owns (who could replace the runtime
+/// podman runs) is refused before anything starts.
+#[test]
+fn storage_root_of_another_user_is_refused() {
+    if common::test_user().is_none() {
+        eprintln!("skipped: needs root to hand the folder to another user");
+        return;
+    }
+    let d = Domain::new("rc");
+    let data = d.s.mkdir("data");
+    nix::unistd::chown(&data, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let out = d.lazaret(&["sandbox", "up"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}{e}");
+    assert!(
+        e.contains(&format!("{} belongs to uid 65534", data.display())),
+        "{e}"
+    );
+    assert!(d.containers().is_empty());
 }

@@ -74,6 +74,10 @@ pub enum EngineError {
     },
     #[error("{0}")]
     Teardown(String),
+    #[error(
+        "security: {path} belongs to uid {owner}, not to you (uid {uid}); Lazaret's Storage Root must be yours alone (another user could replace the runtime podman runs). Choose another [storage] data_root, or fix the owner"
+    )]
+    StorageOwner { path: PathBuf, owner: u32, uid: u32 },
     #[error(transparent)]
     Git(#[from] crate::git_sentry::GitError),
     #[error(transparent)]
@@ -169,6 +173,7 @@ impl Engine {
     ) -> Result<Sandbox, EngineError> {
         let anchor = &resolved.domain;
         let profile = &resolved.profile;
+        self.check_storage_root()?;
         // Decide the runtime first: with runsc missing this fails before
         // anything starts (decisions.md D7).
         let runtime_path = match profile.runtime {
@@ -586,6 +591,28 @@ impl Engine {
             "\nFix the cause (`lazaret doctor` checks podman and the runtimes), then run `lazaret down` again; until then `lazaret status` lists the domain as broken.",
         );
         Err(EngineError::Teardown(msg))
+    }
+
+    /// The Storage Root and its internal folders, where they exist, must
+    /// be the user's own (their modes are tightened by [`Engine::secure_domain`]).
+    fn check_storage_root(&self) -> Result<(), EngineError> {
+        use std::os::unix::fs::MetadataExt;
+        let uid = nix::unistd::geteuid().as_raw();
+        let internal = crate::domain::STORAGE_ROOT_INTERNAL
+            .iter()
+            .map(|n| self.data_root.join(n));
+        for path in std::iter::once(self.data_root.clone()).chain(internal) {
+            if let Ok(meta) = std::fs::symlink_metadata(&path)
+                && meta.uid() != uid
+            {
+                return Err(EngineError::StorageOwner {
+                    path,
+                    owner: meta.uid(),
+                    uid,
+                });
+            }
+        }
+        crate::rundir::create_private_dir(&self.data_root).map_err(io_err(&self.data_root))
     }
 
     /// Makes the Storage Root, its internal folders, this Domain Root and
