@@ -490,8 +490,13 @@ pub fn down(
     }
     let (config, ctx, rundir) = down_context(explicit, env, profile, workspace)?;
     let rundir_kept = rundir.clone();
-    if let Some(hash) = down_socket(&rt, &ctx.control_socket)? {
-        verified_down(&rundir, &hash)?;
+    if down_socket(&rt, &ctx.control_socket)?.is_some() {
+        // The coordinator said what it did; check it ourselves, holding the
+        // domain lock so no new coordinator starts meanwhile.
+        let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
+        Engine::new(&config, rundir)
+            .verify_down(&ctx.anchor)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     } else {
         // No coordinator (it was killed?): clean what it left, holding the
         // domain lock so no new coordinator starts meanwhile.

@@ -580,17 +580,9 @@ impl Engine {
         if left.is_empty() {
             return Ok(());
         }
-        let mut msg = format!("domain {} is NOT down; left:", anchor.hash());
-        for l in &left {
-            msg.push_str(&format!("\n  - {l}"));
-        }
-        if !failures.is_empty() {
-            msg.push_str(&format!("\nwhile tearing down: {}", failures.join("; ")));
-        }
-        msg.push_str(
-            "\nFix the cause (`lazaret doctor` checks podman and the runtimes), then run `lazaret down` again; until then `lazaret status` lists the domain as broken.",
-        );
-        Err(EngineError::Teardown(msg))
+        Err(EngineError::Teardown(teardown::not_down_message(
+            anchor, &left, &failures,
+        )))
     }
 
     /// The Storage Root and its internal folders, where they exist, must

@@ -297,8 +297,10 @@ impl Engine {
     /// subordinate id (a `chown` inside the sandbox, or a folder made mode
     /// 000), so the user can change or remove it: through the user's podman
     /// namespace, where the user is root, such entries are made the user's,
-    /// and folders among them get the user's rwx. Symlinks are never
-    /// followed and no other file system is entered.
+    /// and folders among them get the user's rwx. Entries of other host
+    /// users (unmapped there: the overflow id 65534) and the user's own are
+    /// left alone. Symlinks are never followed and no other file system is
+    /// entered.
     pub fn reclaim(&self, dir: &Path) -> Result<(), super::podman::PodmanError> {
         if !dir.is_dir() {
             return Ok(());
@@ -306,9 +308,9 @@ impl Engine {
         let d = dir.to_string_lossy();
         self.podman.run_with(
             [
-                "unshare", "find", &d, "-xdev", "(", "!", "-uid", "0", "-o", "!", "-gid", "0", ")",
-                "(", "-type", "d", "-exec", "chmod", "u+rwx", "{}", "+", "-o", "-true", ")",
-                "-exec", "chown", "-h", "0:0", "{}", "+",
+                "unshare", "find", &d, "-xdev", "!", "-uid", "0", "!", "-uid", "65534", "(",
+                "-type", "d", "-exec", "chmod", "u+rwx", "{}", "+", "-o", "-true", ")", "-exec",
+                "chown", "-h", "0:0", "{}", "+",
             ],
             Duration::from_secs(600),
             None,
@@ -347,6 +349,24 @@ impl Engine {
         Ok(removed)
     }
 
+    /// Checks, after a Session Coordinator's teardown, that nothing of the
+    /// domain remains (the same check as [`Engine::down`]'s, without
+    /// removing anything podman still has).
+    pub fn verify_down(&self, anchor: &DomainAnchor) -> Result<(), super::EngineError> {
+        let fp = self.teardown_footprint(anchor);
+        let left = self.leftovers(anchor, &fp);
+        self.record_teardown(anchor, &left);
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(super::EngineError::Teardown(not_down_message(
+                anchor,
+                &left,
+                &[],
+            )))
+        }
+    }
+
     /// Records the outcome of a teardown: a marker when something is left,
     /// none (and no footprint) when the domain is gone.
     pub(super) fn record_teardown(&self, anchor: &DomainAnchor, left: &[String]) {
@@ -366,6 +386,21 @@ impl Engine {
             let _ = crate::rundir::write_private(&marker, &text);
         }
     }
+}
+
+/// The one message for a teardown that left something (decisions.md D8).
+pub fn not_down_message(anchor: &DomainAnchor, left: &[String], failures: &[String]) -> String {
+    let mut msg = format!("domain {} is NOT down; left:", anchor.hash());
+    for l in left {
+        msg.push_str(&format!("\n  - {l}"));
+    }
+    if !failures.is_empty() {
+        msg.push_str(&format!("\nwhile tearing down: {}", failures.join("; ")));
+    }
+    msg.push_str(
+        "\nFix the cause (`lazaret doctor` checks podman and the runtimes), then run `lazaret down` again; until then `lazaret status` lists the domain as broken.",
+    );
+    msg
 }
 
 #[cfg(test)]
