@@ -63,13 +63,13 @@ fn container_ids(d: &Domain) -> Vec<String> {
 /// arrives with the project) asking for a host folder, runc and open
 /// egress; the user's next start in that folder refuses it, names the file,
 /// the keys and the trust command, and starts nothing.
-#[test]
-fn agent_written_config_cannot_widen_the_next_start() {
-    let d = Domain::new("gvd");
+fn agent_written_config_cannot_widen_the_next_start(profile: &'static str) {
+    let d = Domain::new(profile);
     d.up();
     let secret = d.s.mkdir("secret");
     let planted = format!(
-        "[profiles.gvd]\nruntime = \"runc\"\nallow_egress = [\"0.0.0.0/0\"]\nvolumes = [{{ host = \"{}\", container = \"/loot\", mode = \"rw\" }}]\n",
+        "[profiles.{profile}]\nimage = \"{}\"\nruntime = \"runc\"\nallow_egress = [\"0.0.0.0/0\"]\nvolumes = [{{ host = \"{}\", container = \"/loot\", mode = \"rw\" }}]\n",
+        common::sandbox::BASE_IMAGE,
         secret.display()
     );
     // Written from inside, as the agent would (h12b may make it read-only
@@ -88,24 +88,33 @@ fn agent_written_config_cannot_widen_the_next_start() {
     let file = d.ws().join("lazaret.toml");
     for needle in [
         format!("{} is not trusted", file.display()),
-        "profiles.gvd.runtime".into(),
-        "profiles.gvd.allow_egress".into(),
-        "profiles.gvd.volumes".into(),
+        format!("profiles.{profile}.allow_egress"),
+        format!("profiles.{profile}.volumes"),
         format!("lazaret trust {}", file.display()),
     ] {
         assert!(stderr.contains(&needle), "lacks {needle}: {stderr}");
     }
+    // Under gVisor, asking for runc is refused too (for rcd it is no change).
+    if profile == "gvd" {
+        assert!(
+            stderr.contains("profiles.gvd.runtime: leaves gVisor"),
+            "{stderr}"
+        );
+    }
     assert!(d.containers().is_empty(), "{:?}", d.containers());
     assert_eq!(std::fs::read_dir(&secret).unwrap().count(), 0);
     // Teardown still works in that folder (the file is left out).
-    let out = d.cmd_raw(STANDARD_PATH, &["down", "gvd"]).output().unwrap();
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", profile])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
     // `config show` names the refusal too; once the user trusts the file
     // it applies, and `config show` says it is trusted.
     let out = d.cmd_raw(STANDARD_PATH, &["trust"]).output().unwrap();
     let (o, e) = text(&out);
     assert!(out.status.success(), "{o}{e}");
-    assert!(o.contains("profiles.gvd.volumes"), "{o}");
+    assert!(o.contains(&format!("profiles.{profile}.volumes")), "{o}");
     let out = d
         .cmd_raw(STANDARD_PATH, &["config", "show"])
         .output()
@@ -121,6 +130,16 @@ fn agent_written_config_cannot_widen_the_next_start() {
     let out = d.lazaret(&["sandbox", "up"]);
     assert!(!out.status.success(), "revoked, yet it started");
     assert!(d.containers().is_empty());
+}
+
+#[test]
+fn agent_written_config_cannot_widen_the_next_start_under_runsc() {
+    agent_written_config_cannot_widen_the_next_start("gvd");
+}
+
+#[test]
+fn agent_written_config_cannot_widen_the_next_start_under_runc() {
+    agent_written_config_cannot_widen_the_next_start("rcd");
 }
 
 /// Storage Root, Domain Roots and the files in them are the user's alone;
