@@ -242,6 +242,19 @@ fn down_with_a_broken_runtime_names_what_is_left() {
         e.contains(&format!("lazaret-coord-{}", d.hash)) || e.contains("runtime process"),
         "it does not name what is left: {e}"
     );
+    // The coordinator's audit record says its teardown was incomplete.
+    let records = d.audit_json();
+    let last = records
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "domain-down")
+        .expect("no domain-down record");
+    assert!(
+        last["data"]["incomplete"]
+            .as_str()
+            .is_some_and(|s| s.contains("is NOT down")),
+        "{last}"
+    );
     let st = status_of(&d).expect("status does not list the broken domain");
     assert_eq!(st["state"], "broken", "{st}");
     assert!(!st["left"].as_array().unwrap().is_empty(), "{st}");

@@ -386,12 +386,22 @@ async fn serve(
     );
     // The Trust Anchor's client material dies with the domain.
     let _ = std::fs::remove_dir_all(shared.resolved.domain.certs_dir(&shared.engine.rundir));
-    match down {
-        Ok(Ok(())) => log("domain down"),
-        Ok(Err(e)) => log(&format!("teardown incomplete: {e}")),
-        Err(e) => log(&format!("teardown panicked: {e}")),
-    }
-    shared.audit("domain-down", serde_json::json!({})).await;
+    // The record says whether the teardown was verified complete.
+    let outcome = match down {
+        Ok(Ok(())) => {
+            log("domain down");
+            serde_json::json!({})
+        }
+        Ok(Err(e)) => {
+            log(&format!("teardown incomplete: {e}"));
+            serde_json::json!({ "incomplete": e.to_string() })
+        }
+        Err(e) => {
+            log(&format!("teardown panicked: {e}"));
+            serde_json::json!({ "incomplete": e.to_string() })
+        }
+    };
+    shared.audit("domain-down", outcome).await;
     Ok(())
 }
 
