@@ -543,16 +543,12 @@ impl Engine {
     /// report lists what failed. Safe to call on a domain that is not up.
     pub fn down(&self, anchor: &DomainAnchor) -> Result<(), EngineError> {
         // Taken first: once podman forgets a container, its ID is gone.
-        let footprint = self.teardown_footprint(anchor);
+        let (footprint, known) = self.teardown_footprint(anchor);
         let mut failures = Vec::new();
         // Dependants first: podman refuses to remove the namespace owner
         // while the sandbox uses it.
         let mut names = vec![anchor.sandbox_name(), anchor.sidecar_name()];
-        for other in self
-            .podman
-            .containers_with_label(LABEL_DOMAIN, anchor.hash())
-            .unwrap_or_default()
-        {
+        for other in known.unwrap_or_default() {
             if !names.contains(&other) {
                 names.insert(0, other);
             }
@@ -562,11 +558,16 @@ impl Engine {
                 failures.push(format!("removing {name}: {e}"));
             }
         }
-        if let Err(e) = state_anchor::unmount(&self.podman, &self.domain_root(anchor)) {
+        let unmounted = state_anchor::unmount(&self.podman, &self.domain_root(anchor));
+        if let Err(e) = &unmounted {
             failures.push(format!("unmounting the State Anchor: {e}"));
         }
         // The truth is what remains, not what the steps said (decisions.md D8).
-        let mut left = self.leftovers(anchor, &footprint);
+        let remaining = self
+            .podman
+            .containers_with_label(LABEL_DOMAIN, anchor.hash())
+            .map_err(|e| e.to_string());
+        let mut left = self.leftovers(anchor, &footprint, &remaining, unmounted.is_err());
         if left.is_empty()
             && let Some(ws) = &footprint.direct
             && let Err(e) = self.reclaim(ws)

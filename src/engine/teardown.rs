@@ -188,34 +188,25 @@ impl Engine {
         fp
     }
 
-    /// The domain's footprint as podman knows it now (empty if podman cannot say).
-    fn live_footprint(&self, anchor: &DomainAnchor) -> Footprint {
-        match self.podman.run([
+    /// The domain's containers podman knows: (full ID, name), one call.
+    pub(super) fn domain_containers(
+        &self,
+        anchor: &DomainAnchor,
+    ) -> Result<Vec<(String, String)>, super::podman::PodmanError> {
+        let out = self.podman.run([
             "ps",
             "-a",
             "--no-trunc",
             "--filter",
             &format!("label={LABEL_DOMAIN}={}", anchor.hash()),
             "--format",
-            "{{.ID}}",
-        ]) {
-            Ok(ids) => {
-                let ids: Vec<String> = ids
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                let mut fp = self.inspect_footprint(&ids);
-                // Keep the IDs even if inspect failed half-way.
-                fp.merge(Footprint {
-                    ids,
-                    ..Footprint::default()
-                });
-                fp
-            }
-            Err(_) => Footprint::default(),
-        }
+            "{{.ID}} {{.Names}}",
+        ])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.trim().split_once(' '))
+            .map(|(id, name)| (id.to_string(), name.trim().to_string()))
+            .collect())
     }
 
     /// Records the running domain's footprint, so a later teardown finds
@@ -229,25 +220,45 @@ impl Engine {
         }
     }
 
-    /// The footprint to check at teardown: the recorded one and podman's.
-    pub(super) fn teardown_footprint(&self, anchor: &DomainAnchor) -> Footprint {
+    /// The footprint to check at teardown: the recorded one plus the IDs
+    /// of the containers podman knows now, and those containers' names
+    /// (an error when podman cannot say).
+    pub(super) fn teardown_footprint(
+        &self,
+        anchor: &DomainAnchor,
+    ) -> (Footprint, Result<Vec<String>, String>) {
         let mut fp: Footprint = std::fs::read(footprint_file(&self.domain_root(anchor)))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        fp.merge(self.live_footprint(anchor));
-        fp
+        let names = match self.domain_containers(anchor) {
+            Ok(list) => {
+                fp.merge(Footprint {
+                    ids: list.iter().map(|(id, _)| id.clone()).collect(),
+                    ..Footprint::default()
+                });
+                Ok(list.into_iter().map(|(_, name)| name).collect())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        (fp, names)
     }
 
     /// Checks that nothing of the domain remains; kills runtime processes
     /// that podman no longer knows (orphans of a lost runtime), then lists
     /// whatever is still there.
-    pub(super) fn leftovers(&self, anchor: &DomainAnchor, fp: &Footprint) -> Vec<String> {
+    /// `remaining` is what podman says is left of the domain's containers;
+    /// the State Anchor's mounts are checked when `check_mounts` (a clean
+    /// unmount of every mount found has just verified them otherwise).
+    pub(super) fn leftovers(
+        &self,
+        anchor: &DomainAnchor,
+        fp: &Footprint,
+        remaining: &Result<Vec<String>, String>,
+        check_mounts: bool,
+    ) -> Vec<String> {
         let mut left = Vec::new();
-        let containers = self
-            .podman
-            .containers_with_label(LABEL_DOMAIN, anchor.hash());
-        let podman_knows_some = match &containers {
+        let podman_knows_some = match remaining {
             Ok(names) => {
                 for n in names {
                     left.push(format!("container {n} (podman still has it)"));
@@ -279,6 +290,9 @@ impl Engine {
         }
         for (pid, name) in procs {
             left.push(format!("runtime process {pid} ({name})"));
+        }
+        if !check_mounts {
+            return left;
         }
         match state_anchor::mounted_under(&self.podman, &self.domain_root(anchor)) {
             Ok(mounts) => {
@@ -353,8 +367,8 @@ impl Engine {
     /// domain remains (the same check as [`Engine::down`]'s, without
     /// removing anything podman still has).
     pub fn verify_down(&self, anchor: &DomainAnchor) -> Result<(), super::EngineError> {
-        let fp = self.teardown_footprint(anchor);
-        let left = self.leftovers(anchor, &fp);
+        let (fp, remaining) = self.teardown_footprint(anchor);
+        let left = self.leftovers(anchor, &fp, &remaining, true);
         self.record_teardown(anchor, &left);
         if left.is_empty() {
             Ok(())
