@@ -310,7 +310,7 @@ fn proc_addr(hex: &str, v6: bool) -> Option<IpAddr> {
 
 /// Runs `serve` with state until SIGTERM or SIGINT.
 pub fn run(
-    settings: Settings,
+    settings: &Settings,
     policy: Policy,
     gateway_wait: Duration,
     json: bool,
@@ -342,7 +342,6 @@ pub fn run(
         crate::resolver::start(addr, shared.clone())?;
     }
     {
-        let shared = shared.clone();
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_millis(500));

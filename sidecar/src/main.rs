@@ -237,7 +237,7 @@ fn serve(o: &Options) -> Result<(), Failure> {
     if o.control.is_some() || o.resolver.is_some() {
         let settings = daemon::Settings::from_options(o)?;
         return daemon::run(
-            settings,
+            &settings,
             policy,
             o.gateway_wait.unwrap_or(SERVE_GATEWAY_WAIT),
             o.json,
