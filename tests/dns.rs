@@ -275,6 +275,7 @@ fn names_by_name(profile: &'static str, runtime: &str) {
         eprintln!("skipped: making the test's network namespace needs root");
         return;
     }
+    let started = Instant::now();
     let tn = TestNet::start();
     let d = Domain::new(profile);
     let config = std::fs::read_to_string(d.s.path().join("config.toml")).unwrap();
@@ -297,6 +298,7 @@ fn names_by_name(profile: &'static str, runtime: &str) {
         common::sandbox::BASE_IMAGE
     ));
     d.up();
+    eprintln!("{profile}: up at {:?}", started.elapsed());
 
     // The sandbox asks the sidecar.
     let (_, conf, _) = d.sh("cat /etc/resolv.conf");
@@ -378,6 +380,18 @@ fn names_by_name(profile: &'static str, runtime: &str) {
     assert!(connect(&d, "late.lazaret.test").0);
     let (_, why) = net(&d, &["why", "late.lazaret.test"]);
     assert!(why.contains("lazaret net allow"), "{why}");
+    // ... and a live deny closes its address at once, before the TTL.
+    let (ok, out) = net(&d, &["deny", "late.lazaret.test"]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("- 10000: to {LATE}/32")), "{out}");
+    assert!(
+        !out.lines()
+            .any(|l| l.contains(&LATE.to_string()) && !l.trim_start().starts_with('-')),
+        "{out}"
+    );
+    assert_denied(&d, &LATE.to_string());
+    assert!(resolve(&d, "ahostsv4", "late.lazaret.test").is_empty());
+    eprintln!("{profile}: names checked at {:?}", started.elapsed());
 
     // An open connection keeps its address past the TTL; once it closes,
     // the rule goes, and a direct connect fails at once.
@@ -406,6 +420,7 @@ fn names_by_name(profile: &'static str, runtime: &str) {
     let (_, why) = net(&d, &["why", &WEB.to_string()]);
     assert!(why.contains("denied by"), "{why}");
 
+    eprintln!("{profile}: expiry checked at {:?}", started.elapsed());
     d.down();
     d.assert_gone();
 }
