@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use lazaret_sidecar::kernel;
+use lazaret_sidecar::names::{NamePattern, SpecName};
 use lazaret_sidecar::policy::{Policy, PolicySpec, SpecRule, Verdict};
 use lazaret_sidecar::report::TableReport;
 
@@ -23,6 +24,13 @@ use crate::engine::podman::{Podman, PodmanError};
 pub const HOST_LOOPBACK_ALIAS: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 2));
 /// The sidecar binary inside its image.
 const SIDECAR: &str = "/lazaret-sidecar";
+/// Where the running `serve` takes `apply`/`show` (a tmpfs of the sidecar's
+/// own; the agent's mount namespace never sees it).
+pub const CONTROL_DIR: &str = "/run/lazaret-sidecar";
+pub const CONTROL_SOCKET: &str = lazaret_sidecar::control::DEFAULT_SOCKET;
+/// Where the sidecar answers DNS in the shared namespace; the agent's
+/// /etc/resolv.conf names it (decisions.md D11).
+pub const RESOLVER_ADDRESS: &str = "127.0.0.53";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -34,6 +42,8 @@ pub enum NetError {
     Report(String),
     #[error("the sidecar's table differs from the policy after applying it: {0}")]
     NotInForce(String),
+    #[error("{0}")]
+    NeedsRestart(String),
     #[error("cannot keep the live policy in {path}: {error}")]
     Io {
         path: PathBuf,
@@ -54,8 +64,38 @@ fn spec_rules(config: &Config, key: &str, nets: &[IpNet]) -> Vec<SpecRule> {
         .collect()
 }
 
-/// The effective policy of `profile` (spec §3.1, D2).
+fn spec_names(config: &Config, key: &str, names: &[NamePattern]) -> Vec<SpecName> {
+    names
+        .iter()
+        .enumerate()
+        .map(
+            |(i, n)| match config.merged.origin(&format!("{key}[{i}]")) {
+                Some(loc) => SpecName::with_origin(n.clone(), loc.to_string()),
+                None => SpecName::new(n.clone()),
+            },
+        )
+        .collect()
+}
+
+/// The effective policy of `profile` (spec §3.1, D2, D11).
 pub fn policy_spec(config: &Config, profile: &ProfileConfig) -> PolicySpec {
+    let profile_key = |k: &str| format!("profiles.{}.{k}", profile.name);
+    let mut allow_domains = spec_names(
+        config,
+        "network.allow_domains",
+        &config.network.allow_domains,
+    );
+    allow_domains.extend(spec_names(
+        config,
+        &profile_key("allow_domains"),
+        &profile.allow_domains,
+    ));
+    let mut deny_domains = spec_names(config, "network.deny_domains", &config.network.deny_domains);
+    deny_domains.extend(spec_names(
+        config,
+        &profile_key("deny_domains"),
+        &profile.deny_domains,
+    ));
     PolicySpec {
         default_allow: spec_rules(
             config,
@@ -69,6 +109,8 @@ pub fn policy_spec(config: &Config, profile: &ProfileConfig) -> PolicySpec {
             &format!("profiles.{}.allow_egress", profile.name),
             &profile.allow_egress,
         ),
+        allow_domains,
+        deny_domains,
     }
 }
 
@@ -98,6 +140,22 @@ pub fn save_live(domain_root: &Path, spec: &PolicySpec) -> Result<(), NetError> 
     std::fs::write(&path, spec.to_json()).map_err(|error| NetError::Io { path, error })
 }
 
+/// Whether the running domain's user-mode network offers the host's
+/// loopback alias (decided at start; slirp4netns cannot change it live).
+fn host_loopback_file(domain_root: &Path) -> PathBuf {
+    domain_root.join("host-loopback")
+}
+
+pub fn save_host_loopback(domain_root: &Path, offered: bool) -> Result<(), NetError> {
+    let path = host_loopback_file(domain_root);
+    std::fs::write(&path, if offered { "yes\n" } else { "no\n" })
+        .map_err(|error| NetError::Io { path, error })
+}
+
+fn host_loopback_offered(domain_root: &Path) -> bool {
+    std::fs::read_to_string(host_loopback_file(domain_root)).is_ok_and(|s| s.trim() == "yes")
+}
+
 pub fn load_live(domain_root: &Path) -> Option<PolicySpec> {
     let text = std::fs::read_to_string(live_policy_file(domain_root)).ok()?;
     Policy::from_json(&text).ok().map(|p| p.spec().clone())
@@ -118,7 +176,15 @@ pub fn show(
     sidecar: &str,
     policy: Option<&Policy>,
 ) -> Result<TableReport, NetError> {
-    let out = podman.run(["exec", sidecar, SIDECAR, "show", "--json"])?;
+    let out = podman.run([
+        "exec",
+        sidecar,
+        SIDECAR,
+        "show",
+        "--json",
+        "--control",
+        CONTROL_SOCKET,
+    ])?;
     let mut report = parse_report(&out)?;
     if let Some(p) = policy {
         report.explain(p);
@@ -126,9 +192,17 @@ pub fn show(
     Ok(report)
 }
 
-/// `true` when the sidecar's kernel rules are exactly the policy's.
+/// `true` when the sidecar's kernel rules are exactly the policy's, plus
+/// the rules its resolver opened for allowed names (each an address no CIDR
+/// rule decides).
 pub fn in_force(report: &TableReport, policy: &Policy) -> bool {
-    report.rules() == kernel::desired(policy)
+    report.policy_rules() == kernel::desired(policy)
+        && report.names.iter().all(|n| {
+            matches!(
+                policy.name_route(n.address),
+                lazaret_sidecar::policy::NameRoute::Open(_)
+            )
+        })
 }
 
 /// Sends `policy` to a running sidecar and checks it took effect.
@@ -144,7 +218,16 @@ pub fn apply(podman: &Podman, sidecar: &str, policy: &Policy) -> Result<TableRep
     })?;
     let out = podman.run_with(
         [
-            "exec", "-i", sidecar, SIDECAR, "apply", "--policy", "-", "--json",
+            "exec",
+            "-i",
+            sidecar,
+            SIDECAR,
+            "apply",
+            "--policy",
+            "-",
+            "--json",
+            "--control",
+            CONTROL_SOCKET,
         ],
         Duration::from_secs(30),
         Some(&file),
@@ -163,29 +246,85 @@ pub fn effective_spec(domain_root: &Path, configured: &PolicySpec) -> PolicySpec
     load_live(domain_root).unwrap_or_else(|| configured.clone())
 }
 
-/// Allows (or denies) egress to `net` in a running domain, at once: the
+/// What `lazaret net allow|deny` and the network panel change: a network
+/// or a name pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Net(IpNet),
+    Name(NamePattern),
+}
+
+impl Target {
+    /// A CIDR, a bare address (/32 or /128), or a name (`api.example.com`,
+    /// `*.example.com`).
+    pub fn parse(raw: &str) -> Result<Target, String> {
+        let raw = raw.trim();
+        if let Ok(addr) = raw.parse::<IpAddr>() {
+            return Ok(Target::Net(IpNet::from(addr)));
+        }
+        if raw.contains('/') || raw.contains(':') {
+            return crate::config::parse_cidr(raw).map(Target::Net);
+        }
+        NamePattern::parse(raw).map(Target::Name).map_err(|e| {
+            format!("{e}; write a CIDR (192.0.2.0/24), an address or a host name (*.example.com)")
+        })
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Net(n) => n.fmt(f),
+            Target::Name(n) => n.fmt(f),
+        }
+    }
+}
+
+/// Allows (or denies) egress to `target` in a running domain, at once: the
 /// live policy gets the rule (replacing an earlier live rule for the same
-/// network), the sidecar applies it and proves it in force, and only then
-/// is the live policy kept for later commands and restarts of the UI.
+/// network or name), the sidecar applies it and proves it in force, and only
+/// then is the live policy kept for later commands and restarts of the UI.
+/// A change the running domain cannot make (opening the host's loopback
+/// when its network started without it) fails and says so.
 pub fn change(
     podman: &Podman,
     sidecar: &str,
     domain_root: &Path,
     configured: &PolicySpec,
-    net: IpNet,
+    target: &Target,
     allow: bool,
     origin: &str,
 ) -> Result<(PolicySpec, TableReport), NetError> {
     let mut spec = effective_spec(domain_root, configured);
-    let rule = SpecRule::with_origin(net, origin);
-    spec.allow_egress.retain(|r| r.net != net);
-    spec.default_deny.retain(|r| r.net != net);
-    if allow {
-        spec.allow_egress.push(rule);
-    } else {
-        spec.default_deny.push(rule);
+    match target {
+        Target::Net(net) => {
+            let net = *net;
+            let rule = SpecRule::with_origin(net, origin);
+            spec.allow_egress.retain(|r| r.net != net);
+            spec.default_deny.retain(|r| r.net != net);
+            if allow {
+                spec.allow_egress.push(rule);
+            } else {
+                spec.default_deny.push(rule);
+            }
+        }
+        Target::Name(pattern) => {
+            let name = SpecName::with_origin(pattern.clone(), origin);
+            spec.allow_domains.retain(|n| n.pattern != *pattern);
+            spec.deny_domains.retain(|n| n.pattern != *pattern);
+            if allow {
+                spec.allow_domains.push(name);
+            } else {
+                spec.deny_domains.push(name);
+            }
+        }
     }
     let policy = policy(spec.clone())?;
+    if needs_host_loopback(&policy) && !host_loopback_offered(domain_root) {
+        return Err(NetError::NeedsRestart(format!(
+            "{HOST_LOOPBACK_ALIAS} (the host's loopback) cannot be opened in a running domain:              its network was started without the host alias, and slirp4netns cannot add it              live. Nothing was changed. Add the rule to the profile's allow_egress (`--save`)              and restart the domain (`lazaret sandbox down`, then up)"
+        )));
+    }
     let report = apply(podman, sidecar, &policy)?;
     save_live(domain_root, &spec)?;
     Ok((spec, report))

@@ -450,6 +450,48 @@ fn cases() -> Vec<Case> {
             profile("allow_egress = [\"example.com\"]"),
             load_err(&["`example.com` is not a CIDR network"], "allow_egress"),
         ),
+        // --- egress by name (decisions.md D11) ---
+        case(
+            "names and wildcards",
+            profile(
+                "allow_domains = [\"api.example.com\", \"*.example.org\"]\ndeny_domains = [\"bad.example.org\"]",
+            ),
+            Expect::Ok,
+        ),
+        case(
+            "a malformed name",
+            profile("allow_domains = [\"api..example.com\"]"),
+            load_err(&["is not a host name", "empty label"], "allow_domains"),
+        ),
+        case(
+            "a wildcard in the middle",
+            header_with(
+                "default_allow = []",
+                "default_allow = []\ndeny_domains = [\"a.*.example.com\"]",
+            ),
+            load_err(
+                &["a wildcard is only allowed as the whole first label"],
+                "deny_domains",
+            ),
+        ),
+        case(
+            "a top-level wildcard",
+            profile("allow_domains = [\"*.com\"]"),
+            load_err(&["every name under a top-level domain"], "allow_domains"),
+        ),
+        case(
+            "an address as a name",
+            profile("allow_domains = [\"192.0.2.7\"]"),
+            load_err(&["an address, not a name"], "allow_domains"),
+        ),
+        case(
+            "a bad resolver upstream",
+            header_with(
+                "default_allow = []",
+                "default_allow = []\ndns_upstream = \"10.0.2.3\"",
+            ),
+            load_err(&["is not ADDRESS:PORT"], "dns_upstream"),
+        ),
         case(
             "IPv6 everything is a valid CIDR",
             profile("allow_egress = [\"::/0\", \"0.0.0.0/0\"]"),
@@ -928,6 +970,14 @@ fn example_toml_loads_and_resolves() {
             .unwrap();
     }
     assert_eq!(config.select_profile(None).unwrap().name, "claude");
+    // The agents' APIs by name, not by address ranges (decisions.md D11).
+    let claude = &config.profiles["claude"];
+    assert!(claude.allow_egress.is_empty());
+    assert_eq!(claude.allow_domains[0].to_string(), "api.anthropic.com");
+    assert_eq!(
+        config.profiles["codex"].allow_domains[0].to_string(),
+        "api.openai.com"
+    );
 }
 
 fn trust_file(env: &FixedEnv, file: &Path) {

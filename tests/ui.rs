@@ -214,10 +214,26 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
             .any(|l| l.contains("allow") && l.contains("10.0.2.3/32")),
         "the sidecar's table lacks the allowed route:\n{shown}"
     );
-    t.send(&["C-a", "-"]);
-    t.send(&["-l", "not-a-net"]);
+    // A name goes to the sidecar's resolver policy (decisions.md D11); it is
+    // not resolved here (no name leaves the machine in a test).
+    t.send(&["C-a", "+"]);
+    t.send(&["-l", "ui.lazaret.test"]);
     t.send(&["Enter"]);
-    t.wait_for(20, "the refused edit", |s| s.contains("not a network"));
+    t.wait_for(30, "the allowed name", |s| {
+        s.contains("allowed ui.lazaret.test: in force") && s.contains("allow_domains")
+    });
+    let out = d.lazaret(&["net", "why", "ui.lazaret.test"]);
+    let (why, _) = common::text(&out);
+    assert!(
+        why.contains("resolved by the sidecar") && why.contains("lazaret ui allow"),
+        "{why}"
+    );
+    t.send(&["C-a", "-"]);
+    t.send(&["-l", "not a net!"]);
+    t.send(&["Enter"]);
+    t.wait_for(20, "the refused edit", |s| {
+        s.contains("not a network or name")
+    });
     // The audit trail of the focused tab's domain.
     t.send(&["C-a", "a"]);
     t.wait_for(20, "the audit trail", |s| s.contains("escalation-decision"));

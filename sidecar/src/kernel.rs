@@ -121,6 +121,30 @@ pub fn desired(policy: &Policy) -> Vec<KernelRule> {
     rules
 }
 
+/// The rule that opens one address for a resolved name: the most specific
+/// prefix (priority [`PRIORITY_BASE`]), through the gateway.
+pub fn name_rule(host: IpNet) -> KernelRule {
+    KernelRule {
+        priority: priority(&host),
+        dst: host,
+        action: Action::Gateway,
+    }
+}
+
+/// [`desired`] plus the name-derived rules for `hosts` (each a /32 or
+/// /128 that no policy entry names: see [`Policy::name_route`]).
+pub fn desired_with_names(policy: &Policy, hosts: &[IpNet]) -> Vec<KernelRule> {
+    let mut rules = desired(policy);
+    for host in hosts {
+        if policy.entry(host).is_none() {
+            rules.push(name_rule(*host));
+        }
+    }
+    rules.sort_unstable();
+    rules.dedup();
+    rules
+}
+
 /// One change to the kernel's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]

@@ -8,16 +8,23 @@
 //!   order in which a change is applied so that no flow allowed before and
 //!   after it is ever cut.
 //! - [`report`]: what the sidecar prints (`--json`), for the host to parse.
+//! - [`names`]: egress by name (D11): name patterns, and which answered
+//!   addresses may get a rule; [`control`]: how `apply`/`show` reach a
+//!   running `serve`, which owns the resolver's state.
 //!
 //! The netlink code lives in the binary (feature `router`), so the host can
 //! depend on this crate with `default-features = false`.
 
+pub mod control;
 pub mod kernel;
+pub mod names;
 pub mod policy;
 pub mod report;
 
 pub use kernel::{Action, KernelRule, Step};
+pub use names::{NameDecision, NamePattern, SpecName};
 pub use policy::{
-    BuiltIn, Decision, Family, Policy, PolicyError, PolicySpec, Rule, Source, SpecRule, Verdict,
+    BuiltIn, Decision, Family, NameRoute, Policy, PolicyError, PolicySpec, Rule, Source, SpecRule,
+    Verdict,
 };
-pub use report::{Gateway, LiveEntry, TableReport};
+pub use report::{Gateway, LiveEntry, NameEntry, RefusedName, TableReport};

@@ -3,7 +3,9 @@
 //! namespace; its policy-routing rules are the egress policy (see the
 //! `kernel` module of the library, and sidecar/README.md).
 
+mod daemon;
 mod error;
+mod resolver;
 mod rtnl;
 
 use std::io::{Read, Write};
@@ -21,12 +23,18 @@ use rtnl::{DefaultRoute, MAIN_TABLE, Netlink, OwnRule};
 const USAGE: &str = "\
 usage: lazaret-sidecar hold
        lazaret-sidecar serve (--policy JSON | --policy - | --policy-file PATH) [--json] [--gateway-wait-ms MS]
-       lazaret-sidecar apply (--policy JSON | --policy - | --policy-file PATH) [--json]
-       lazaret-sidecar show [--json]
+                             [--control PATH] [--resolver ADDR:PORT --upstream ADDR:PORT]
+                             [--ttl-floor SECS] [--ttl-cap SECS]
+       lazaret-sidecar apply (--policy JSON | --policy - | --policy-file PATH) [--json] [--control PATH]
+       lazaret-sidecar show [--json] [--control PATH]
        lazaret-sidecar --version
 
 Started by Lazaret as the Network Sidecar container; `apply` and `show` are
-run by the host through `podman exec`. `--policy -` reads the JSON from stdin.";
+run by the host through `podman exec`. `--policy -` reads the JSON from stdin.
+With --control, `serve` keeps running state (the resolver's name-derived rules)
+and `apply`/`show` ask it through that socket. With --resolver, `serve` answers
+DNS there: allowed names are forwarded to --upstream, and their answered
+addresses are opened for the record's TTL (clamped to --ttl-floor..--ttl-cap).";
 
 /// How long `serve` waits for a default route to take a gateway from, when
 /// the policy allows something of that family and none is there yet (an
@@ -34,7 +42,7 @@ run by the host through `podman exec`. `--policy -` reads the JSON from stdin.";
 const SERVE_GATEWAY_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Usage(String),
     Run(Error),
 }
@@ -46,10 +54,15 @@ impl From<Error> for Failure {
 }
 
 #[derive(Debug, Default)]
-struct Options {
+pub(crate) struct Options {
     policy: Option<PolicyInput>,
     json: bool,
     gateway_wait: Option<Duration>,
+    control: Option<String>,
+    resolver: Option<std::net::SocketAddr>,
+    upstream: Option<std::net::SocketAddr>,
+    ttl_floor: Option<Duration>,
+    ttl_cap: Option<Duration>,
     positional: Vec<String>,
 }
 
@@ -87,6 +100,31 @@ impl Options {
                         Failure::Usage(format!("--gateway-wait-ms takes milliseconds, not `{v}`"))
                     })?;
                     o.gateway_wait = Some(Duration::from_millis(ms));
+                }
+                "--control" => o.control = Some(value("--control")?),
+                "--resolver" | "--upstream" => {
+                    let v = value(arg)?;
+                    let addr = v.parse().map_err(|_| {
+                        Failure::Usage(format!(
+                            "{arg} takes ADDRESS:PORT (e.g. 10.0.2.3:53), not `{v}`"
+                        ))
+                    })?;
+                    if arg == "--resolver" {
+                        o.resolver = Some(addr);
+                    } else {
+                        o.upstream = Some(addr);
+                    }
+                }
+                "--ttl-floor" | "--ttl-cap" => {
+                    let v = value(arg)?;
+                    let secs: u64 = v
+                        .parse()
+                        .map_err(|_| Failure::Usage(format!("{arg} takes seconds, not `{v}`")))?;
+                    if arg == "--ttl-floor" {
+                        o.ttl_floor = Some(Duration::from_secs(secs));
+                    } else {
+                        o.ttl_cap = Some(Duration::from_secs(secs));
+                    }
                 }
                 s if s.starts_with('-') && s != "-" => {
                     return Err(Failure::Usage(format!("unknown option `{s}`")));
@@ -173,7 +211,7 @@ fn main() -> ExitCode {
 /// Blocks SIGTERM and SIGINT so that they wait for [`wait_for_signal`]: as
 /// PID 1 a signal without a handler is ignored, and blocking them before any
 /// set-up means one sent during it is not lost.
-fn block_signals() -> Result<SigSet> {
+pub(crate) fn block_signals() -> Result<SigSet> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
@@ -181,7 +219,7 @@ fn block_signals() -> Result<SigSet> {
     Ok(set)
 }
 
-fn wait_for_signal(set: &SigSet) -> Result<()> {
+pub(crate) fn wait_for_signal(set: &SigSet) -> Result<()> {
     set.wait().context("waiting for a signal failed")?;
     Ok(())
 }
@@ -196,11 +234,22 @@ fn serve(o: &Options) -> Result<(), Failure> {
     o.no_positional()?;
     let set = block_signals()?;
     let policy = o.policy()?;
+    if o.control.is_some() || o.resolver.is_some() {
+        let settings = daemon::Settings::from_options(o)?;
+        return daemon::run(
+            &settings,
+            policy,
+            o.gateway_wait.unwrap_or(SERVE_GATEWAY_WAIT),
+            o.json,
+            &set,
+        );
+    }
     let mut nl = Netlink::open()?;
     let report = enforce(
         &mut nl,
         &policy,
         o.gateway_wait.unwrap_or(SERVE_GATEWAY_WAIT),
+        &[],
     )?;
     print_report(&report, o.json)?;
     eprintln!(
@@ -213,21 +262,37 @@ fn serve(o: &Options) -> Result<(), Failure> {
 fn apply(o: &Options) -> Result<(), Failure> {
     o.no_positional()?;
     let policy = o.policy()?;
+    if let Some(path) = &o.control {
+        let request = lazaret_sidecar::control::Request::Apply(policy.spec().clone());
+        let report = daemon::ask(path, &request)?;
+        print_report(&report, o.json)?;
+        return Ok(());
+    }
     let mut nl = Netlink::open()?;
-    let report = enforce(&mut nl, &policy, o.gateway_wait.unwrap_or(Duration::ZERO))?;
+    let report = enforce(
+        &mut nl,
+        &policy,
+        o.gateway_wait.unwrap_or(Duration::ZERO),
+        &[],
+    )?;
     print_report(&report, o.json)?;
     Ok(())
 }
 
 fn show(o: &Options) -> Result<(), Failure> {
     o.no_positional()?;
+    if let Some(path) = &o.control {
+        let report = daemon::ask(path, &lazaret_sidecar::control::Request::Show)?;
+        print_report(&report, o.json)?;
+        return Ok(());
+    }
     let mut nl = Netlink::open()?;
     let report = read_table(&mut nl)?;
     print_report(&report, o.json)?;
     Ok(())
 }
 
-fn print_report(report: &TableReport, json: bool) -> Result<()> {
+pub(crate) fn print_report(report: &TableReport, json: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let text = if json {
         let line = serde_json::to_string(report).context("cannot encode the table")?;
@@ -248,7 +313,12 @@ fn print_report(report: &TableReport, json: bool) -> Result<()> {
 /// 2. The rules change in the order of [`kernel::plan`].
 /// 3. The main table's default routes go: nothing consults them any more,
 ///    and `ip route` then shows no way out that the rules do not govern.
-fn enforce(nl: &mut Netlink, policy: &Policy, gateway_wait: Duration) -> Result<TableReport> {
+pub(crate) fn enforce(
+    nl: &mut Netlink,
+    policy: &Policy,
+    gateway_wait: Duration,
+    names: &[ipnet::IpNet],
+) -> Result<TableReport> {
     let mut warnings = Vec::new();
     for family in Family::BOTH {
         let needed = policy.allows_any(family);
@@ -286,7 +356,7 @@ fn enforce(nl: &mut Netlink, policy: &Policy, gateway_wait: Duration) -> Result<
             }
         }
     }
-    let desired = kernel::desired(policy);
+    let desired = kernel::desired_with_names(policy, names);
     let steps = kernel::plan(&current, &desired);
     for step in &steps {
         match step {

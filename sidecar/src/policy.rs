@@ -27,6 +27,8 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::names::{NameDecision, SpecName};
+
 /// Allow or deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -184,12 +186,18 @@ pub enum Source {
     BuiltIn { range: BuiltIn },
     /// No rule contains the address: denied.
     NoRule,
+    /// Opened by the sidecar's resolver for an allowed name's answer, until
+    /// `expires` (seconds since the Unix epoch), or longer while a connection
+    /// to the address is open (decisions.md D11). Never part of a policy.
+    Name { names: Vec<String>, expires: u64 },
 }
 
 impl Source {
     pub fn verdict(&self) -> Verdict {
         match self {
-            Source::DefaultAllow { .. } | Source::AllowEgress { .. } => Verdict::Allow,
+            Source::DefaultAllow { .. } | Source::AllowEgress { .. } | Source::Name { .. } => {
+                Verdict::Allow
+            }
             Source::DefaultDeny { .. } | Source::BuiltIn { .. } | Source::NoRule => Verdict::Deny,
         }
     }
@@ -198,7 +206,7 @@ impl Source {
     fn precedence(&self) -> u8 {
         match self {
             Source::DefaultDeny { .. } => 3,
-            Source::DefaultAllow { .. } | Source::AllowEgress { .. } => 2,
+            Source::DefaultAllow { .. } | Source::AllowEgress { .. } | Source::Name { .. } => 2,
             Source::BuiltIn { .. } => 1,
             Source::NoRule => 0,
         }
@@ -229,6 +237,12 @@ impl fmt::Display for Source {
             }
             Source::BuiltIn { range } => write!(f, "built-in: {}", range.why()),
             Source::NoRule => f.write_str("no rule matches: whatever is not allowed is denied"),
+            Source::Name { names, expires } => write!(
+                f,
+                "resolved name {} (until {}, or while a connection is open)",
+                names.join(", "),
+                crate::names::clock(*expires)
+            ),
         }
     }
 }
@@ -376,6 +390,12 @@ pub struct PolicySpec {
     pub profile: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_egress: Vec<SpecRule>,
+    /// Names the sidecar's resolver forwards (`[network]` and the profile's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_domains: Vec<SpecName>,
+    /// Names it refuses even when an allow pattern matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_domains: Vec<SpecName>,
 }
 
 impl PolicySpec {
@@ -519,12 +539,64 @@ impl Policy {
         self.table.iter().find(|e| e.net == *net)
     }
 
+    /// Whether the resolver forwards `name` (normalised, see
+    /// [`crate::names::normalize`]): a matching deny pattern wins, then an
+    /// allow pattern; a name no pattern matches is refused.
+    pub fn name_decision(&self, name: &str) -> NameDecision {
+        let find = |list: &[SpecName]| list.iter().find(|n| n.pattern.matches(name)).cloned();
+        let at = |key: &str, n: &SpecName| match &n.origin {
+            Some(o) => format!("{key} ({o})"),
+            None => key.to_string(),
+        };
+        let (verdict, hit) = if let Some(d) = find(&self.spec.deny_domains) {
+            (Verdict::Deny, Some(("deny_domains", d)))
+        } else if let Some(a) = find(&self.spec.allow_domains) {
+            (Verdict::Allow, Some(("allow_domains", a)))
+        } else {
+            (Verdict::Deny, None)
+        };
+        NameDecision {
+            name: name.to_string(),
+            verdict,
+            pattern: hit.as_ref().map(|(_, n)| n.pattern.to_string()),
+            source: hit.as_ref().map(|(key, n)| at(key, n)),
+        }
+    }
+
+    /// What an allowed name's answer `addr` needs (decisions.md D11): a rule
+    /// of its own only when no CIDR rule decides it and it is not in
+    /// [`crate::names::NEVER_BY_NAME`]; a name never overrides a CIDR deny.
+    pub fn name_route(&self, addr: IpAddr) -> NameRoute {
+        let d = self.why(addr);
+        match (d.verdict, &d.source) {
+            (Verdict::Allow, _) => NameRoute::AlreadyAllowed,
+            (Verdict::Deny, Source::NoRule) => match crate::names::never_by_name(d.judged_as) {
+                Some(range) => NameRoute::Denied(format!(
+                    "{range}: a name never opens loopback, private, link-local or multicast                      space (DNS rebinding); a CIDR rule can"
+                )),
+                None => NameRoute::Open(IpNet::from(d.judged_as)),
+            },
+            (Verdict::Deny, source) => NameRoute::Denied(format!("{}, {source}", d.rule)),
+        }
+    }
+
     /// Whether some prefix of `family` is allowed (and so needs a gateway).
     pub fn allows_any(&self, family: Family) -> bool {
         self.table
             .iter()
             .any(|e| e.verdict == Verdict::Allow && Family::of_net(&e.net) == family)
     }
+}
+
+/// What an answered address of an allowed name gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameRoute {
+    /// A CIDR rule allows it already: nothing to add.
+    AlreadyAllowed,
+    /// A rule of its own (a /32 or /128) for the record's lifetime.
+    Open(IpNet),
+    /// It stays denied; why.
+    Denied(String),
 }
 
 /// Longest prefix first, then precedence.

@@ -39,6 +39,29 @@ impl LiveEntry {
     }
 }
 
+/// A live rule the resolver opened for an allowed name's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameEntry {
+    pub address: IpAddr,
+    /// The names whose answers held the address.
+    pub names: Vec<String>,
+    /// Seconds since the Unix epoch when the rule goes (if no connection to
+    /// the address is open then).
+    pub expires: u64,
+    /// Whether an open connection keeps it past `expires`.
+    #[serde(default)]
+    pub held: bool,
+}
+
+/// A name the resolver refused, how often, and when last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedName {
+    pub name: String,
+    pub count: u64,
+    /// Seconds since the Unix epoch.
+    pub last: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableReport {
     pub gateway_table: u32,
@@ -53,6 +76,15 @@ pub struct TableReport {
     pub changes: Vec<Step>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The resolver's live name-derived rules (decisions.md D11).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<NameEntry>,
+    /// Names the resolver refused, most recent first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedName>,
+    /// The resolver's upstream, when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<String>,
 }
 
 impl TableReport {
@@ -70,16 +102,46 @@ impl TableReport {
         self.entries.iter().map(|e| e.rule).collect()
     }
 
-    /// Names the policy's source of each entry that the policy would install.
+    /// The live rules that come from the policy: all but the name-derived
+    /// ones, to compare with [`crate::kernel::desired`].
+    pub fn policy_rules(&self) -> Vec<KernelRule> {
+        self.entries
+            .iter()
+            .filter(|e| self.name_entry(&e.rule).is_none())
+            .map(|e| e.rule)
+            .collect()
+    }
+
+    /// The name-derived rule behind `rule`, if it is one.
+    pub fn name_entry(&self, rule: &KernelRule) -> Option<&NameEntry> {
+        (rule.action == Action::Gateway && rule.dst.prefix_len() == rule.dst.max_prefix_len())
+            .then(|| self.names.iter().find(|n| n.address == rule.dst.addr()))
+            .flatten()
+    }
+
+    /// Names the policy's source of each entry that the policy would install,
+    /// and the resolved names behind name-derived ones.
     pub fn explain(&mut self, policy: &Policy) {
-        for entry in &mut self.entries {
+        let names: Vec<Option<Source>> = self
+            .entries
+            .iter()
+            .map(|e| {
+                self.name_entry(&e.rule).map(|n| Source::Name {
+                    names: n.names.clone(),
+                    expires: n.expires,
+                })
+            })
+            .collect();
+        for (entry, name) in self.entries.iter_mut().zip(names) {
             entry.source = if entry.rule.is_floor() {
                 None
+            } else if let Some(policy_entry) = policy
+                .entry(&entry.rule.dst)
+                .filter(|e| Action::of(e.verdict) == entry.rule.action)
+            {
+                Some(policy_entry.source.clone())
             } else {
-                policy
-                    .entry(&entry.rule.dst)
-                    .filter(|e| Action::of(e.verdict) == entry.rule.action)
-                    .map(|e| e.source.clone())
+                name
             };
         }
     }
@@ -116,6 +178,38 @@ impl fmt::Display for TableReport {
             writeln!(f, "changes:")?;
             for c in &self.changes {
                 writeln!(f, "  {c}")?;
+            }
+        }
+        if let Some(upstream) = &self.resolver {
+            writeln!(f, "resolver: allowed names are forwarded to {upstream}")?;
+        }
+        if !self.names.is_empty() {
+            writeln!(f, "opened by name (until, or while a connection is open):")?;
+            for n in &self.names {
+                writeln!(
+                    f,
+                    "  {:<20}  {}  until {}{}",
+                    n.address.to_string(),
+                    n.names.join(", "),
+                    crate::names::clock(n.expires),
+                    if n.held {
+                        " (held open by a connection)"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
+        }
+        if !self.refused.is_empty() {
+            writeln!(f, "refused names (count, last):")?;
+            for r in &self.refused {
+                writeln!(
+                    f,
+                    "  {}  {} x, last {}",
+                    crate::names::escape(&r.name),
+                    r.count,
+                    crate::names::clock(r.last)
+                )?;
             }
         }
         for w in &self.warnings {

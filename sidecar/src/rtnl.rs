@@ -300,6 +300,35 @@ impl Netlink {
             .with_context(|| format!("cannot add rule {rule}"))
     }
 
+    /// `PRIORITY: from all fwmark MARK lookup 200`, for both families: the
+    /// sidecar's own marked sockets (its resolver's upstream queries) go out
+    /// through the gateway whatever the policy says.
+    pub fn add_mark_rule(&mut self, priority: u32, mark: u32) -> Result<()> {
+        for family in Family::BOTH {
+            let mut msg = RuleMessage::default();
+            msg.header = RuleHeader {
+                family: address_family(family),
+                table: GATEWAY_TABLE as u8,
+                action: RuleAction::ToTable,
+                ..RuleHeader::default()
+            };
+            msg.attributes.push(RuleAttribute::Priority(priority));
+            msg.attributes.push(RuleAttribute::FwMark(mark));
+            msg.attributes.push(RuleAttribute::Table(GATEWAY_TABLE));
+            msg.attributes
+                .push(RuleAttribute::Protocol(RouteProtocol::Static));
+            match self.change(Msg::NewRule(msg), NLM_F_CREATE | NLM_F_EXCL) {
+                Err(e) if e.to_string().contains("EEXIST") => {}
+                other => other.with_context(|| {
+                    format!(
+                        "cannot add the {family} rule for the resolver's own queries                          ({priority}: fwmark {mark:#x} lookup {GATEWAY_TABLE})"
+                    )
+                })?,
+            }
+        }
+        Ok(())
+    }
+
     pub fn delete_rule(&mut self, rule: &KernelRule) -> Result<()> {
         self.change(Msg::DelRule(rule_message(rule)), 0)
             .with_context(|| format!("cannot delete rule {rule}"))

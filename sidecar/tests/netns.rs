@@ -217,6 +217,7 @@ fn spec(allow: &[&str], deny: &[&str], egress: &[&str]) -> PolicySpec {
         default_deny: rules(deny),
         profile: Some("lab".into()),
         allow_egress: rules(egress),
+        ..PolicySpec::default()
     }
 }
 

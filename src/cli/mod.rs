@@ -237,22 +237,26 @@ enum SandboxCommand {
 enum NetCommand {
     /// Print the sidecar's live rules and the configuration rule behind each.
     Show(DomainArgs),
-    /// Say whether ADDR is reachable, and which rule decides it.
+    /// Say whether an address is reachable, or a name resolved, and which
+    /// rule decides it.
     Why {
-        addr: std::net::IpAddr,
+        /// An address (192.0.2.7) or a host name (api.example.com).
+        target: String,
         #[command(flatten)]
         domain: DomainArgs,
     },
-    /// Allow a network now (and, with --save, in ./lazaret.toml).
+    /// Allow a network or a host name now (and, with --save, in ./lazaret.toml).
     Allow {
+        /// A CIDR (192.0.2.0/24), an address, or a name (api.example.com, *.example.com).
         cidr: String,
         #[command(flatten)]
         domain: DomainArgs,
         #[arg(long)]
         save: bool,
     },
-    /// Deny a network now (and, with --save, in ./lazaret.toml).
+    /// Deny a network or a host name now (and, with --save, in ./lazaret.toml).
     Deny {
+        /// A CIDR (192.0.2.0/24), an address, or a name (api.example.com, *.example.com).
         cidr: String,
         #[command(flatten)]
         domain: DomainArgs,
@@ -609,10 +613,56 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
     // The live policy (after earlier allow/deny), else the configuration's.
     let spec = net::effective_spec(&domain_root, &resolved.network);
     match cmd {
-        NetCommand::Why { addr, .. } => {
+        NetCommand::Why { target, .. } => {
             let policy = net::policy(spec)?;
-            let decision = policy.why(*addr);
-            println!("{decision}");
+            match target.parse::<std::net::IpAddr>() {
+                Ok(addr) => {
+                    let decision = policy.why(addr);
+                    println!("{decision}");
+                    if let Some(n) = net::show(&podman, &sidecar, Some(&policy))
+                        .ok()
+                        .and_then(|r| r.names.into_iter().find(|n| n.address == addr))
+                    {
+                        println!(
+                            "{addr}: opened by the resolver for {} until {}{}",
+                            n.names.join(", "),
+                            lazaret_sidecar::names::clock(n.expires),
+                            if n.held {
+                                " (held open by a connection)"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
+                }
+                Err(_) => {
+                    let name = lazaret_sidecar::names::normalize(target).map_err(|e| {
+                        anyhow::anyhow!("`{target}` is neither an address nor a host name: {e}")
+                    })?;
+                    println!("{}", policy.name_decision(&name));
+                    if let Ok(report) = net::show(&podman, &sidecar, Some(&policy)) {
+                        for n in report.names.iter().filter(|n| n.names.contains(&name)) {
+                            println!(
+                                "{name}: {} is open until {}{}",
+                                n.address,
+                                lazaret_sidecar::names::clock(n.expires),
+                                if n.held {
+                                    " (held open by a connection)"
+                                } else {
+                                    ""
+                                }
+                            );
+                        }
+                        if let Some(r) = report.refused.iter().find(|r| r.name == name) {
+                            println!(
+                                "{name}: refused {} time(s), last at {}",
+                                r.count,
+                                lazaret_sidecar::names::clock(r.last)
+                            );
+                        }
+                    }
+                }
+            }
             return Ok(ExitCode::SUCCESS);
         }
         NetCommand::Show(_) => {
@@ -628,53 +678,98 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
         }
         _ => {}
     }
-    let (cidr, allow, save) = change.expect("allow or deny");
-    let net: ipnet::IpNet = crate::config::parse_cidr(&cidr).map_err(|e| anyhow::anyhow!(e))?;
+    let (raw, allow, save) = change.expect("allow or deny");
+    let target = net::Target::parse(&raw).map_err(|e| anyhow::anyhow!(e))?;
     let origin = format!(
         "lazaret net {} (live)",
         if allow { "allow" } else { "deny" }
     );
-    let (_, report) = net::change(
+    let saved = if save {
+        let file = current_dir()?.join("lazaret.toml");
+        // Arrays replace whole across files: start from the effective list so
+        // saving one rule never drops the others.
+        let (key, base): (&str, Vec<String>) = match (&target, allow) {
+            (net::Target::Net(_), true) => (
+                "allow_egress",
+                resolved
+                    .profile
+                    .allow_egress
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+            (net::Target::Net(_), false) => (
+                "default_deny",
+                config
+                    .network
+                    .default_deny
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+            (net::Target::Name(_), true) => (
+                "allow_domains",
+                resolved
+                    .profile
+                    .allow_domains
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+            (net::Target::Name(_), false) => (
+                "deny_domains",
+                config
+                    .network
+                    .deny_domains
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+        };
+        Some((file, key, base))
+    } else {
+        None
+    };
+    let result = net::change(
         &podman,
         &sidecar,
         &domain_root,
         &resolved.network,
-        net,
+        &target,
         allow,
         &origin,
-    )
-    .with_context(|| {
-        format!("cannot change the policy of {sidecar}; is the domain up? (lazaret status)")
-    })?;
+    );
+    let report = match result {
+        Ok((_, report)) => report,
+        Err(e @ net::NetError::NeedsRestart(_)) => {
+            if let Some((file, key, base)) = &saved {
+                save_rule(file, &resolved.profile.name, &target.to_string(), key, base)?;
+                eprintln!(
+                    "saved to {}; it takes effect when the domain restarts",
+                    file.display()
+                );
+            }
+            return Err(e.into());
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "cannot change the policy of {sidecar}; is the domain up? (lazaret status)"
+            )));
+        }
+    };
     print!("{report}");
-    if save {
-        let file = current_dir()?.join("lazaret.toml");
-        // Arrays replace whole across files: start from the effective list so
-        // saving one rule never drops the others.
-        let base: Vec<String> = if allow {
-            resolved
-                .profile
-                .allow_egress
-                .iter()
-                .map(ToString::to_string)
-                .collect()
-        } else {
-            config
-                .network
-                .default_deny
-                .iter()
-                .map(ToString::to_string)
-                .collect()
-        };
-        save_rule(&file, &resolved.profile.name, &cidr, allow, &base)?;
+    if let Some((file, key, base)) = &saved {
+        save_rule(file, &resolved.profile.name, &target.to_string(), key, base)?;
         println!("saved to {}", file.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Adds `cidr` to ./lazaret.toml: to the profile's `allow_egress`, or to
-/// `[network].default_deny`, keeping the rest of the file as it is.
-fn save_rule(file: &Path, profile: &str, cidr: &str, allow: bool, base: &[String]) -> Result<()> {
+/// Adds `cidr` (or a name) to ./lazaret.toml under `key`: the profile's
+/// `allow_egress`/`allow_domains`, or `[network]`'s `default_deny`/
+/// `deny_domains`, keeping the rest of the file as it is.
+fn save_rule(file: &Path, profile: &str, cidr: &str, key: &str, base: &[String]) -> Result<()> {
+    let allow = key.starts_with("allow");
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut doc: toml_edit::DocumentMut = text
         .parse()
@@ -688,14 +783,14 @@ fn save_rule(file: &Path, profile: &str, cidr: &str, allow: bool, base: &[String
             .or_insert(toml_edit::table());
         p.as_table_mut()
             .context("the profile is not a table")?
-            .entry("allow_egress")
+            .entry(key)
             .or_insert(toml_edit::value(toml_edit::Array::new()))
     } else {
         let network = doc.entry("network").or_insert(toml_edit::table());
         network
             .as_table_mut()
             .context("`network` is not a table")?
-            .entry("default_deny")
+            .entry(key)
             .or_insert(toml_edit::value(toml_edit::Array::new()))
     };
     let array = array.as_array_mut().context("the key is not an array")?;

@@ -19,6 +19,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
+use lazaret_sidecar::names::NamePattern;
 
 use crate::domain::{DomainAnchor, validate_profile_name};
 use crate::host::HostEnv;
@@ -196,6 +197,29 @@ pub struct Config {
 pub struct NetworkConfig {
     pub default_allow: Vec<IpNet>,
     pub default_deny: Vec<IpNet>,
+    /// Egress by name (decisions.md D11).
+    pub allow_domains: Vec<NamePattern>,
+    pub deny_domains: Vec<NamePattern>,
+    pub resolver: ResolverConfig,
+}
+
+/// How the Network Sidecar resolves allowed names (decisions.md D11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolverConfig {
+    pub upstream: std::net::SocketAddr,
+    pub ttl_floor: u64,
+    pub ttl_cap: u64,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        ResolverConfig {
+            // slirp4netns's DNS forwarder.
+            upstream: std::net::SocketAddr::from(([10, 0, 2, 3], 53)),
+            ttl_floor: 30,
+            ttl_cap: 3600,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -219,6 +243,8 @@ pub struct ProfileConfig {
     pub image: String,
     pub persistent_dirs: Vec<PathBuf>,
     pub allow_egress: Vec<IpNet>,
+    pub allow_domains: Vec<NamePattern>,
+    pub deny_domains: Vec<NamePattern>,
     pub env: BTreeMap<String, EnvValue>,
     pub volumes: Vec<VolumeTemplate>,
     pub runtime: Runtime,
@@ -259,6 +285,8 @@ pub struct ResolvedProfile {
     pub env: BTreeMap<String, String>,
     /// The egress policy: `[network]` plus the profile's `allow_egress`.
     pub network: lazaret_sidecar::policy::PolicySpec,
+    /// How the sidecar resolves allowed names.
+    pub resolver: ResolverConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -694,6 +722,9 @@ impl Config {
         let default_deny = v
             .required(network.default_deny.as_ref(), "network.default_deny")
             .map(|l| v.cidrs(l, "network.default_deny"));
+        let allow_domains = v.names(network.allow_domains.as_deref(), "network.allow_domains");
+        let deny_domains = v.names(network.deny_domains.as_deref(), "network.deny_domains");
+        let resolver = v.resolver(&network);
 
         let escalation = schema.escalation.clone().unwrap_or_default();
         let enabled = v.required(escalation.enabled.as_ref(), "escalation.enabled");
@@ -752,6 +783,9 @@ impl Config {
                 network: NetworkConfig {
                     default_allow,
                     default_deny,
+                    allow_domains,
+                    deny_domains,
+                    resolver,
                 },
                 escalation: EscalationConfig {
                     enabled: *enabled,
@@ -919,6 +953,7 @@ impl Config {
             volumes,
             env: resolved_env,
             network: crate::net::policy_spec(self, profile),
+            resolver: self.network.resolver.clone(),
         })
     }
 
@@ -1179,6 +1214,48 @@ impl Validator<'_> {
         }
     }
 
+    /// Name patterns (decisions.md D11); a malformed one is a problem at its
+    /// `file:line:col`.
+    fn names(&mut self, list: Option<&[String]>, key: &str) -> Vec<NamePattern> {
+        let mut out = Vec::new();
+        for (i, raw) in list.unwrap_or_default().iter().enumerate() {
+            match NamePattern::parse(raw) {
+                Ok(p) => out.push(p),
+                Err(e) => self.problem(&format!("{key}[{i}]"), format!("is not a host name: {e}")),
+            }
+        }
+        out
+    }
+
+    fn resolver(&mut self, network: &schema::Network) -> ResolverConfig {
+        let mut r = ResolverConfig::default();
+        if let Some(raw) = &network.dns_upstream {
+            match raw.parse::<std::net::SocketAddr>() {
+                Ok(a) => r.upstream = a,
+                Err(_) => self.problem(
+                    "network.dns_upstream",
+                    format!("`{raw}` is not ADDRESS:PORT (e.g. 10.0.2.3:53 or [fd00::3]:53)"),
+                ),
+            }
+        }
+        if let Some(f) = network.name_ttl_floor {
+            r.ttl_floor = f;
+        }
+        if let Some(c) = network.name_ttl_cap {
+            r.ttl_cap = c;
+        }
+        if r.ttl_cap < r.ttl_floor || r.ttl_cap == 0 {
+            self.problem(
+                "network.name_ttl_cap",
+                format!(
+                    "must be at least name_ttl_floor ({}) and above 0",
+                    r.ttl_floor
+                ),
+            );
+        }
+        r
+    }
+
     fn cidrs(&mut self, list: &[String], key: &str) -> Vec<IpNet> {
         let mut out = Vec::new();
         for (i, raw) in list.iter().enumerate() {
@@ -1246,6 +1323,11 @@ impl Validator<'_> {
             .as_ref()
             .map(|l| self.cidrs(l, &format!("{base}.allow_egress")))
             .unwrap_or_default();
+        let allow_domains = self.names(
+            raw.allow_domains.as_deref(),
+            &format!("{base}.allow_domains"),
+        );
+        let deny_domains = self.names(raw.deny_domains.as_deref(), &format!("{base}.deny_domains"));
         let mut env = BTreeMap::new();
         for (k, value) in raw.env.iter().flatten() {
             let key = format!("{base}.env.{k}");
@@ -1301,6 +1383,8 @@ impl Validator<'_> {
             image,
             persistent_dirs,
             allow_egress,
+            allow_domains,
+            deny_domains,
             env,
             volumes,
             runtime: raw.runtime.unwrap_or_default(),

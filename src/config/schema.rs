@@ -31,6 +31,15 @@ pub struct Storage {
 pub struct Network {
     pub default_allow: Option<Vec<String>>,
     pub default_deny: Option<Vec<String>>,
+    /// Names the sidecar's resolver forwards (decisions.md D11).
+    pub allow_domains: Option<Vec<String>>,
+    /// Names it refuses; a deny wins over an allow.
+    pub deny_domains: Option<Vec<String>>,
+    /// Where allowed names are resolved (`ADDRESS:PORT`; default slirp4netns's 10.0.2.3:53).
+    pub dns_upstream: Option<String>,
+    /// Shortest and longest time a name-derived rule lives, in seconds.
+    pub name_ttl_floor: Option<u64>,
+    pub name_ttl_cap: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
@@ -47,6 +56,9 @@ pub struct Profile {
     pub image: Option<String>,
     pub persistent_dirs: Option<Vec<String>>,
     pub allow_egress: Option<Vec<String>>,
+    /// Names this profile's resolver forwards, on top of `[network]`'s.
+    pub allow_domains: Option<Vec<String>>,
+    pub deny_domains: Option<Vec<String>>,
     pub env: Option<BTreeMap<String, String>>,
     pub volumes: Option<Vec<Volume>>,
     /// OCI runtime of the Agent Sandbox; gVisor unless named (decisions.md D7).

@@ -207,7 +207,12 @@ impl Engine {
 
         progress(Step::StartingSidecar);
         let result = self
-            .start_sidecar(anchor, &sidecar_image, &resolved.network)
+            .start_sidecar(
+                anchor,
+                &sidecar_image,
+                &resolved.network,
+                &resolved.resolver,
+            )
             .and_then(|()| {
                 progress(Step::MountingStateAnchor);
                 state_anchor::mount(
@@ -340,15 +345,20 @@ impl Engine {
         anchor: &DomainAnchor,
         image: &str,
         spec: &lazaret_sidecar::policy::PolicySpec,
+        resolver: &crate::config::ResolverConfig,
     ) -> Result<(), EngineError> {
         let name = anchor.sidecar_name();
         let policy = crate::net::policy(spec.clone())?;
         // The configuration decides at start; `lazaret net` changes the live copy.
         crate::net::save_live(&self.domain_root(anchor), spec)?;
         // The host's loopback is reachable only when the policy allows it at
-        // all: a device-bound socket skips the sidecar's rules (measured
-        // under runc), so slirp4netns must not offer the alias otherwise.
-        let network = if crate::net::needs_host_loopback(&policy) {
+        // all (or the resolver's upstream is there): a device-bound socket
+        // skips the sidecar's rules (measured under runc), so slirp4netns
+        // must not offer the alias otherwise.
+        let host_loopback = crate::net::needs_host_loopback(&policy)
+            || resolver.upstream.ip() == crate::net::HOST_LOOPBACK_ALIAS;
+        crate::net::save_host_loopback(&self.domain_root(anchor), host_loopback)?;
+        let network = if host_loopback {
             "slirp4netns:allow_host_loopback=true"
         } else {
             "slirp4netns:allow_host_loopback=false"
@@ -365,9 +375,18 @@ impl Engine {
             "all".into(),
             "--cap-add".into(),
             "NET_ADMIN".into(),
+            // ... and its resolver's port 53 (decisions.md D11).
+            "--cap-add".into(),
+            "NET_BIND_SERVICE".into(),
             "--security-opt".into(),
             "no-new-privileges".into(),
             "--read-only".into(),
+            // The control socket of `apply`/`show`: its own, never the agent's.
+            "--tmpfs".into(),
+            format!("{}:rw,mode=0700,size=64k", crate::net::CONTROL_DIR),
+            // The agent joins this namespace and shares this resolv.conf.
+            "--dns".into(),
+            crate::net::RESOLVER_ADDRESS.into(),
             "--network".into(),
             network.into(),
         ];
@@ -379,6 +398,16 @@ impl Engine {
             spec.to_json(),
             "--gateway-wait-ms".into(),
             "3000".into(),
+            "--control".into(),
+            crate::net::CONTROL_SOCKET.into(),
+            "--resolver".into(),
+            format!("{}:53", crate::net::RESOLVER_ADDRESS),
+            "--upstream".into(),
+            resolver.upstream.to_string(),
+            "--ttl-floor".into(),
+            resolver.ttl_floor.to_string(),
+            "--ttl-cap".into(),
+            resolver.ttl_cap.to_string(),
         ]);
         self.podman.run(&args)?;
         // Healthy means: running, and its table is exactly the policy.

@@ -433,7 +433,7 @@ impl App {
 
     /// Reads the sidecar's live table of the focused tab's domain (after
     /// allowing or denying `change` in it, at once), off the UI thread.
-    fn refresh_network(&mut self, change: Option<(ipnet::IpNet, bool)>) {
+    fn refresh_network(&mut self, change: Option<(crate::net::Target, bool)>) {
         if self.panel != Some(Panel::Network) && change.is_none() {
             return;
         }
@@ -451,7 +451,7 @@ impl App {
         let tx = self.tx.clone();
         self.rt.spawn_blocking(move || {
             let hash = launch.ctx.anchor.hash().to_string();
-            let result = super::network_table(&launch, change);
+            let result = super::network_table(&launch, change.clone());
             let _ = tx.send(Ev::Network(hash, change, result));
         });
     }
@@ -530,7 +530,7 @@ impl App {
                 self.dirty = true;
             }
             Ev::Network(hash, change, result) => {
-                match (change, result) {
+                match (change.clone(), result) {
                     (_, Ok(table)) => {
                         if let Some((net, allow)) = change {
                             self.message = Some(format!(
@@ -793,17 +793,14 @@ impl App {
                 if text.is_empty() {
                     return;
                 }
-                // A bare address means just that host.
-                let parsed = match text.parse::<std::net::IpAddr>() {
-                    Ok(addr) => Ok(ipnet::IpNet::from(addr)),
-                    Err(_) => crate::config::parse_cidr(text),
-                };
-                match parsed {
-                    Ok(net) => {
-                        self.message = Some(format!("applying {net}…"));
-                        self.refresh_network(Some((net, kind == InputKind::Allow)));
+                // A bare address means just that host; a name goes to the
+                // sidecar's resolver (decisions.md D11).
+                match crate::net::Target::parse(text) {
+                    Ok(target) => {
+                        self.message = Some(format!("applying {target}…"));
+                        self.refresh_network(Some((target, kind == InputKind::Allow)));
                     }
-                    Err(e) => self.message = Some(format!("not a network: {e}")),
+                    Err(e) => self.message = Some(format!("not a network or name: {e}")),
                 }
             }
         }

@@ -46,7 +46,7 @@ pub enum Ev {
     /// The live table of a domain (by hash), read after `change` if any.
     Network(
         String,
-        Option<(ipnet::IpNet, bool)>,
+        Option<(crate::net::Target, bool)>,
         std::result::Result<NetTable, String>,
     ),
 }
@@ -64,7 +64,7 @@ pub struct NetTable {
 /// runs `podman exec` in the sidecar.
 pub fn network_table(
     launch: &tab::Launch,
-    change: Option<(ipnet::IpNet, bool)>,
+    change: Option<(crate::net::Target, bool)>,
 ) -> std::result::Result<NetTable, String> {
     use crate::net;
     use lazaret_widgets::panels::{RouteRow, Verdict};
@@ -72,14 +72,14 @@ pub fn network_table(
     let sidecar = launch.ctx.anchor.sidecar_name();
     let root = &launch.ctx.domain_root;
     let report = match change {
-        Some((cidr, allow)) => {
+        Some((target, allow)) => {
             let origin = format!("lazaret ui {} (live)", if allow { "allow" } else { "deny" });
             net::change(
                 &podman,
                 &sidecar,
                 root,
                 &launch.network,
-                cidr,
+                &target,
                 allow,
                 &origin,
             )
@@ -100,24 +100,53 @@ pub fn network_table(
             report
         }
     };
-    let rows = report
-        .entries
+    // The name patterns in force, then the live rules, then refused names
+    // (the first place to look when the agent cannot reach something).
+    let spec = net::effective_spec(root, &launch.network);
+    let patterns = spec
+        .deny_domains
         .iter()
-        .map(|e| RouteRow {
-            prefix: e.rule.dst.to_string(),
-            verdict: match e.verdict {
-                lazaret_sidecar::policy::Verdict::Allow => Verdict::Allow,
-                lazaret_sidecar::policy::Verdict::Deny => Verdict::Deny,
+        .map(|n| (n, Verdict::Deny, "deny_domains"))
+        .chain(
+            spec.allow_domains
+                .iter()
+                .map(|n| (n, Verdict::Allow, "allow_domains")),
+        )
+        .map(|(n, verdict, key)| RouteRow {
+            prefix: n.pattern.to_string(),
+            verdict,
+            rule: match &n.origin {
+                Some(o) => format!("{key} · {}", o.rsplit('/').next().unwrap_or(o)),
+                None => key.to_string(),
             },
-            rule: if e.rule.is_floor() {
-                "floor: nothing falls through".into()
-            } else {
-                e.source
-                    .as_ref()
-                    .map_or_else(|| "not from the policy!".into(), rule_text)
-            },
-        })
-        .collect();
+        });
+    let refused = report.refused.iter().map(|r| RouteRow {
+        prefix: r.name.clone(),
+        verdict: Verdict::Deny,
+        rule: format!(
+            "refused name ×{} · last {}",
+            r.count,
+            lazaret_sidecar::names::clock(r.last)
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+        ),
+    });
+    let live = report.entries.iter().map(|e| RouteRow {
+        prefix: e.rule.dst.to_string(),
+        verdict: match e.verdict {
+            lazaret_sidecar::policy::Verdict::Allow => Verdict::Allow,
+            lazaret_sidecar::policy::Verdict::Deny => Verdict::Deny,
+        },
+        rule: if e.rule.is_floor() {
+            "floor: nothing falls through".into()
+        } else {
+            e.source
+                .as_ref()
+                .map_or_else(|| "not from the policy!".into(), rule_text)
+        },
+    });
+    let rows = patterns.chain(live).chain(refused).collect();
     Ok(NetTable {
         rows,
         warning: report.warnings.first().cloned(),
@@ -237,6 +266,14 @@ fn rule_text(source: &lazaret_sidecar::policy::Source) -> String {
         Source::DefaultAllow { origin } => with(origin, "default_allow"),
         Source::DefaultDeny { origin } => with(origin, "default_deny"),
         Source::AllowEgress { origin, .. } => with(origin, "allow_egress"),
+        Source::Name { names, expires } => format!(
+            "name {} · until {}",
+            names.join(", "),
+            lazaret_sidecar::names::clock(*expires)
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+        ),
         other => other.to_string(),
     }
 }

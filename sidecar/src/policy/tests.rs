@@ -23,8 +23,56 @@ fn policy(allow: &[&str], deny: &[&str], egress: &[&str]) -> Policy {
         default_deny: rules(deny),
         profile: Some("dev".into()),
         allow_egress: rules(egress),
+        ..PolicySpec::default()
     })
     .unwrap()
+}
+
+fn names(list: &[&str]) -> Vec<SpecName> {
+    list.iter()
+        .map(|s| SpecName::new(crate::names::NamePattern::parse(s).unwrap()))
+        .collect()
+}
+
+#[test]
+fn names_deny_wins_and_answers_never_override_a_cidr_deny() {
+    let p = Policy::new(PolicySpec {
+        default_deny: rules(&["198.51.100.128/25"]),
+        allow_egress: rules(&["203.0.113.0/24"]),
+        allow_domains: names(&["*.lazaret.test", "api.example.com"]),
+        deny_domains: names(&["bad.lazaret.test"]),
+        ..PolicySpec::default()
+    })
+    .unwrap();
+    assert_eq!(p.name_decision("a.lazaret.test").verdict, Verdict::Allow);
+    assert_eq!(p.name_decision("bad.lazaret.test").verdict, Verdict::Deny);
+    assert_eq!(p.name_decision("lazaret.test").verdict, Verdict::Deny);
+    assert_eq!(p.name_decision("api.example.com").verdict, Verdict::Allow);
+    assert_eq!(p.name_decision("x.api.example.com").verdict, Verdict::Deny);
+    let open = |a: &str| p.name_route(a.parse().unwrap());
+    assert_eq!(
+        open("198.51.100.7"),
+        NameRoute::Open(net("198.51.100.7/32"))
+    );
+    assert_eq!(open("203.0.113.5"), NameRoute::AlreadyAllowed);
+    for denied in [
+        "198.51.100.200",
+        "10.1.2.3",
+        "127.0.0.1",
+        "169.254.169.254",
+        "fd00::2",
+        "::1",
+        "::ffff:10.0.0.1",
+    ] {
+        assert!(
+            matches!(open(denied), NameRoute::Denied(_)),
+            "{denied}: {:?}",
+            open(denied)
+        );
+    }
+    // The names' rules sit with the most specific prefixes.
+    let rules = kernel::desired_with_names(&p, &[net("198.51.100.7/32")]);
+    assert!(rules.contains(&kernel::name_rule(net("198.51.100.7/32"))));
 }
 
 /// The kind of source, without origins, for compact tables.
@@ -44,6 +92,7 @@ fn kind(s: &Source) -> Kind {
         Source::AllowEgress { .. } => Kind::Egress,
         Source::BuiltIn { range } => Kind::Built(*range),
         Source::NoRule => Kind::NoRule,
+        Source::Name { .. } => unreachable!("a policy never holds a name rule"),
     }
 }
 
