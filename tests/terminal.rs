@@ -230,3 +230,36 @@ fn signals_restore_the_terminal() {
         d.wait_until_gone();
     }
 }
+
+/// A command longer than the modal: `A` before its end was on screen
+/// approves nothing; after scrolling to the end it does.
+#[test]
+fn a_long_request_is_approved_only_after_its_end_was_shown() {
+    let d = Domain::new("rc");
+    let t = d.tmux(80, 18, "shell rc", None);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let dir = d.s.path().join("long-canary");
+    t.line(&format!(
+        "clear; D={}; {ESC} --justify long-one -- mkdir -p $D $(seq -f \"$D/part-%g\" 0 59); echo L-EXIT=$?",
+        dir.display(),
+    ));
+    t.wait_for(20, "the modal", |s| {
+        common::modal_with(s, "long-one") && s.contains("to the end before A/E")
+    });
+    t.send(&["a"]);
+    t.send(&["e"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = t.screen();
+    assert!(s.contains("to the end before A/E"), "{s}");
+    assert!(!dir.exists(), "approved before the end was shown");
+    for _ in 0..20 {
+        t.send(&["PageDown"]);
+    }
+    t.wait_for(5, "the end", |s| !s.contains("to the end before A/E"));
+    t.send(&["a"]);
+    t.wait_for(30, "the approved result", |s| s.contains("L-EXIT=0"));
+    assert!(dir.join("part-59").is_dir());
+    t.line("exit");
+    t.wait_exit(30, "lazaret shell");
+    d.wait_until_gone();
+}
