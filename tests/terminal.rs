@@ -136,6 +136,22 @@ fn plain_prompt_cannot_be_forged(profile: &'static str) {
         "{s}"
     );
     assert!(!s.contains("ls /tmp"), "{s}");
+    // The session's credential is in no argument list of its processes
+    // (other tests' sessions on this host are not ours to judge).
+    let commands: Vec<String> = descendants(t.pane_pid())
+        .into_iter()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .collect();
+    assert!(
+        commands.iter().any(|c| c.contains("podman exec")),
+        "{commands:?}"
+    );
+    let leaked: Vec<&String> = commands
+        .iter()
+        .filter(|c| c.contains("CREDENTIAL="))
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
     let code = s
         .split("type the code")
         .nth(1)
@@ -195,6 +211,33 @@ fn plain_prompt_cannot_be_forged_gvisor() {
 #[test]
 fn plain_prompt_cannot_be_forged_runc() {
     plain_prompt_cannot_be_forged("rc");
+}
+
+/// `root` and every process below it.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
 }
 
 /// The child of `parent` named `name`.

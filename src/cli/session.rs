@@ -93,15 +93,17 @@ impl SessionAnchor {
         }
     }
 
-    /// The arguments of `podman` that run `argv` in `sandbox` as this
-    /// session: a delegated credential, the guide, and TERM.
+    /// The `podman` command that runs `argv` in `sandbox` as this session:
+    /// a delegated credential, the guide, and TERM. The credential is named
+    /// in the arguments and its value passed in podman's environment, so it
+    /// never shows in the host's process list.
     pub(crate) fn exec_args(
         &self,
         sandbox: &str,
         tty: bool,
         term: Option<&str>,
         argv: &[String],
-    ) -> Result<Vec<String>> {
+    ) -> Result<ExecSpec> {
         let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
         let credential = self
             .key
@@ -111,9 +113,11 @@ impl SessionAnchor {
         if tty {
             args.push("--tty".into());
         }
+        let mut env = Vec::new();
         for (k, v) in credential.env_vars() {
             args.push("--env".into());
-            args.push(format!("{k}={v}"));
+            args.push(k.to_string());
+            env.push((k.to_string(), v));
         }
         args.push("--env".into());
         args.push(format!(
@@ -127,7 +131,23 @@ impl SessionAnchor {
         }
         args.push(sandbox.to_string());
         args.extend(argv.iter().cloned());
-        Ok(args)
+        Ok(ExecSpec { args, env })
+    }
+}
+
+/// A `podman exec` of a session: its arguments, and environment variables
+/// for podman itself that `--env NAME` arguments forward.
+#[derive(Clone)]
+pub(crate) struct ExecSpec {
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for ExecSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSpec")
+            .field("args", &self.args)
+            .finish_non_exhaustive()
     }
 }
 
@@ -178,12 +198,14 @@ fn run_in_sandbox(
             .context("cannot install the signal handlers")?;
     }
     let mut cmd = tokio::process::Command::new("podman");
-    cmd.args(session.exec_args(
+    let spec = session.exec_args(
         &client.domain.sandbox,
         tty,
         env.var("TERM").as_deref(),
         argv,
-    )?);
+    )?;
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
     if stdin_tty && !tty {
         cmd.stdin(Stdio::null());
     }

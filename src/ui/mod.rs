@@ -37,7 +37,8 @@ pub enum Ev {
     Exited(u64),
     Progress(u64, String),
     /// The domain is up: run the shell with these `podman` arguments.
-    Connected(u64, Box<DomainStatus>, Vec<String>),
+    #[allow(private_interfaces)]
+    Connected(u64, Box<DomainStatus>, Box<crate::cli::session::ExecSpec>),
     Failed(u64, String),
     Coord(u64, Box<CoordMsg>),
     ControlClosed(u64),
