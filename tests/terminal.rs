@@ -272,6 +272,26 @@ fn signals_restore_the_terminal() {
         drop(t);
         d.wait_until_gone();
     }
+    // SIGTERM to `lazaret exec`: the exec ends, Lazaret leaves with 143.
+    let t = d.tmux(
+        100,
+        30,
+        "exec gv -- sh -c 'echo exec-running; sleep 300'",
+        Some(AFTER),
+    );
+    t.wait_for(120, "the exec", |s| s.contains("exec-running"));
+    let pid = child_named(t.pane_pid(), "lazaret").expect("no lazaret process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = t.wait_for(60, "the exec's exit", |s| s.contains("INPUT-END"));
+    assert!(s.contains("EXIT=143"), "{s}");
+    assert!(!s.contains("INPUT:"), "{s}");
+    assert_eq!(terminal_state(&t).0, CLEAN_MODES);
+    drop(t);
+    d.wait_until_gone();
 }
 
 /// A command longer than the modal: `A` before its end was on screen
