@@ -282,6 +282,11 @@ impl HostClient {
     /// Registers a session of our own with the domain's coordinator (as a
     /// second terminal would) and loads the sandbox's client material.
     fn new(d: &Domain) -> HostClient {
+        HostClient::with(d, false)
+    }
+
+    /// [`HostClient::new`], with a human (`interactive`) who gets prompts.
+    fn with(d: &Domain, interactive: bool) -> HostClient {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -305,7 +310,7 @@ impl HostClient {
                     )),
                     pid: std::process::id(),
                     purpose: "test".into(),
-                    interactive: false,
+                    interactive,
                 },
             )
             .await
@@ -569,5 +574,138 @@ fn crafted_requests_from_the_host_are_refused() {
         .collect();
     assert!(ran.is_empty(), "canaries created: {ran:?}");
     eprintln!("{} crafted host-side requests refused", cases.len());
+    stop(h);
+}
+
+/// Sends `req` over mTLS from its own thread; with `hang_up`, the requester
+/// closes its connection that long after sending, without waiting.
+fn send_in_thread(
+    c: &HostClient,
+    req: &Request,
+    hang_up: Option<Duration>,
+) -> std::thread::JoinHandle<Option<Response>> {
+    let (socket, config, body) = (
+        c.socket.clone(),
+        c.config(),
+        serde_json::to_vec(req).unwrap(),
+    );
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            let stream = tokio::net::UnixStream::connect(&socket).await.ok()?;
+            let connector = lazaret_escalate::tokio_rustls::TlsConnector::from(config);
+            let mut tls = connector.connect(trust::server_name(), stream).await.ok()?;
+            tls.write_all(&(body.len() as u32).to_be_bytes())
+                .await
+                .ok()?;
+            tls.write_all(&body).await.ok()?;
+            tls.flush().await.ok()?;
+            let wait = hang_up.unwrap_or(Duration::from_secs(60));
+            tokio::time::timeout(wait, protocol::read_response_async(&mut tls))
+                .await
+                .ok()?
+                .ok()
+        })
+    })
+}
+
+/// The next `Prompt` on `c`'s control connection.
+fn next_prompt(c: &mut HostClient) -> lazaret::coordinator::escalation::Prompt {
+    c.rt.block_on(async {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(20), read_frame(&mut c._control))
+                .await
+                .expect("no prompt within 20 s")
+                .unwrap()
+            {
+                CoordMsg::Prompt { prompt } => return prompt,
+                _ => continue,
+            }
+        }
+    })
+}
+
+/// Prompts belong to their session (decisions.md D10): a decision from
+/// another session's connection is ignored; a session that leaves gets its
+/// prompts denied (the requester hears it, the audit has it); a requester
+/// that hangs up withdraws its prompt, and approving it then runs nothing.
+#[test]
+fn prompts_belong_to_the_session_they_were_sent_to() {
+    let d = Domain::new("rc");
+    let h = holder(&d);
+    let dir = d.s.mkdir("lifecycle-canaries");
+    let mut asked = HostClient::with(&d, true);
+    let mut other = HostClient::with(&d, true);
+
+    let req = asked.request(&format!("mkdir {}", dir.join("one").display()));
+    let requester = send_in_thread(&asked, &req, None);
+    let prompt = next_prompt(&mut asked);
+    assert_eq!(prompt.request_id, req.request_id);
+    // Another session's connection answers it: ignored.
+    other.rt.block_on(async {
+        write_frame(
+            &mut other._control,
+            &ClientMsg::Decision {
+                request_id: req.request_id.clone(),
+                verdict: lazaret::coordinator::escalation::Verdict::Approve,
+            },
+        )
+        .await
+        .unwrap();
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!requester.is_finished() && !dir.join("one").exists());
+    // The session it was sent to leaves: the requester is denied.
+    drop(asked);
+    let r = requester.join().unwrap().expect("an answer");
+    assert_eq!(r.status, Status::Denied, "{r:?}");
+    assert!(
+        r.denied_reason
+            .as_deref()
+            .is_some_and(|w| w.contains("session left")),
+        "{r:?}"
+    );
+
+    // The requester hangs up while its prompt is up: withdrawn.
+    let req = other.request(&format!("mkdir {}", dir.join("two").display()));
+    let requester = send_in_thread(&other, &req, Some(Duration::from_millis(500)));
+    let prompt = next_prompt(&mut other);
+    assert_eq!(prompt.request_id, req.request_id);
+    assert!(requester.join().unwrap().is_none());
+    let withdrawn = other.rt.block_on(async {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(20), read_frame(&mut other._control))
+                .await
+                .expect("no withdrawal within 20 s")
+                .unwrap()
+            {
+                CoordMsg::Withdrawn { request_id, .. } => return request_id,
+                _ => continue,
+            }
+        }
+    });
+    assert_eq!(withdrawn, req.request_id);
+    other.rt.block_on(async {
+        write_frame(
+            &mut other._control,
+            &ClientMsg::Decision {
+                request_id: req.request_id.clone(),
+                verdict: lazaret::coordinator::escalation::Verdict::Approve,
+            },
+        )
+        .await
+        .unwrap();
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "a canary was created"
+    );
+    assert_eq!(decisions(&audit_kinds(&d)), vec!["denied", "withdrawn"]);
+    drop(other);
     stop(h);
 }

@@ -3,6 +3,7 @@
 
 mod prompt;
 pub(crate) mod session;
+pub(crate) mod terminal;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

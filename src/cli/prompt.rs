@@ -1,21 +1,37 @@
-//! The approval prompt of a plain terminal session (`lazaret shell` and
-//! `lazaret exec`), until the session runs inside `lazaret ui`'s modal.
+//! The approval prompt of a plain terminal session (`lazaret exec`, and
+//! `lazaret shell` when not on a terminal), decisions.md D10.
 //!
-//! While the prompt is up, the `podman exec` child is stopped (SIGSTOP), so
-//! nothing from the sandbox writes over it and no key reaches the sandbox;
-//! it continues (and is told to redraw) afterwards. Everything the agent
-//! wrote is shown with control, bidi and zero-width characters made visible.
+//! Nothing from the sandbox reaches the terminal while the prompt is up:
+//! an exec's output waits in its pipe (the session reads it only between
+//! prompts), and a `--tty` child is stopped (SIGSTOP). The prompt resets the
+//! terminal's modes and pushes the screen into the scrollback before it
+//! draws, throws away pending input, and arms only after a pause. It
+//! approves only when the human types a random code shown in it, one key
+//! per read: a terminal's automatic replies (answerback, device
+//! attributes, colour and version reports) cannot produce it, and a read
+//! holding several keys is ignored. Everything the agent wrote is shown
+//! with control, bidi, zero-width and other hidden characters made visible.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::termios::{self, SetArg};
 use nix::unistd::Pid;
 
+use super::terminal::{Key, KeyReader, approval_code, flush_input, reset_for_prompt};
 use crate::coordinator::escalation::{Prompt, Verdict};
 use lazaret_widgets::visible::make_visible;
+
+/// Letters of the approval code.
+const CODE_LEN: usize = 3;
+
+/// How long the prompt is on screen before it takes keys.
+const ARMING: Duration = Duration::from_millis(300);
 
 /// The session's terminal, if it has one.
 pub fn open_tty() -> Option<File> {
@@ -50,15 +66,22 @@ impl Drop for Raw {
 }
 
 /// The text of a prompt, lines ending in `\r\n` (the terminal is raw).
-pub fn render(p: &Prompt) -> String {
+pub fn render(p: &Prompt, code: &str) -> String {
     let field = |name: &str, value: &str| {
         let (v, _) = make_visible(value);
         format!("  {name:<10}{v}\r\n")
     };
     let mut s = String::from(
-        "\r\n\x1b[1;33m── Lazaret: the agent asks to run a command on the host ──\x1b[0m\r\n",
+        "\x1b[1;33m── Lazaret: the agent asks to run a command on the host ──\x1b[0m\r\n",
     );
     s += &field("request", &p.request_id);
+    s += &field(
+        "session",
+        &format!(
+            "{} (this terminal's session)",
+            p.session_id.get(..8).unwrap_or(&p.session_id)
+        ),
+    );
     s += &field("profile", &p.profile);
     s += &field("in", &p.cwd);
     s += &field("why", &p.justification);
@@ -72,42 +95,103 @@ pub fn render(p: &Prompt) -> String {
         },
     );
     s += &field("needs you", &p.reason);
-    s += "  \x1b[1m[A]\x1b[0m approve & run   \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session\r\n";
+    s += &format!(
+        "  to approve & run, type the code \x1b[1;7m {code} \x1b[0m   \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session\r\n"
+    );
     s
 }
 
-/// Reads one line in raw mode: printable text, Backspace, Ctrl-U; Enter
-/// ends it, Esc cancels (`None`).
-fn read_line(tty: &mut File, label: &str, initial: &str) -> Option<String> {
-    let mut text = initial.to_string();
-    let mut pending: Vec<u8> = Vec::new();
-    loop {
-        let _ = write!(tty, "\r\x1b[2K{label} {}", make_visible(&text).0);
-        let _ = tty.flush();
-        let mut b = [0u8; 1];
-        if tty.read(&mut b).ok()? == 0 {
-            return None;
-        }
-        match b[0] {
-            b'\r' | b'\n' => {
-                let _ = write!(tty, "\r\n");
-                return Some(text);
+/// One thing the human's terminal did.
+enum Input {
+    Key(Key),
+    /// The terminal closed, or Lazaret was told to stop.
+    Gone,
+}
+
+/// The human's keys, one per read (see [`KeyReader`]).
+struct Keyboard<'a> {
+    tty: File,
+    reader: KeyReader,
+    stop: &'a AtomicBool,
+}
+
+impl Keyboard<'_> {
+    fn next(&mut self) -> Input {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Input::Gone;
             }
-            0x1b => return None,
-            0x7f | 0x08 => {
-                text.pop();
+            let mut fds = [PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(200u16)) {
+                Ok(0) => {
+                    // Quiet: whatever sequence was cut off is over.
+                    self.reader = KeyReader::default();
+                    continue;
+                }
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return Input::Gone,
             }
-            0x15 => text.clear(),
-            c if c < 0x20 => {}
-            c => {
-                pending.push(c);
-                if let Ok(s) = std::str::from_utf8(&pending) {
-                    text.push_str(s);
-                    pending.clear();
-                } else if pending.len() >= 4 {
-                    pending.clear();
+            let mut buf = [0u8; 512];
+            match self.tty.read(&mut buf) {
+                Ok(0) | Err(_) => return Input::Gone,
+                Ok(n) => {
+                    if let Some(k) = self.reader.decode(&buf[..n]) {
+                        return Input::Key(k);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// Reads one line: printable text, Backspace, Ctrl-U; Enter ends it, Esc
+/// cancels (`None`). Bursts (pastes, replies) are ignored.
+fn read_line(kb: &mut Keyboard, label: &str, initial: &str) -> Option<String> {
+    let mut text = initial.to_string();
+    loop {
+        let _ = write!(kb.tty, "\r\x1b[2K{label} {}", make_visible(&text).0);
+        let _ = kb.tty.flush();
+        match kb.next() {
+            Input::Gone => return None,
+            Input::Key(Key::Enter) => {
+                let _ = write!(kb.tty, "\r\n");
+                return Some(text);
+            }
+            Input::Key(Key::Escape) => return None,
+            Input::Key(Key::Backspace) => {
+                text.pop();
+            }
+            Input::Key(Key::Kill) => text.clear(),
+            Input::Key(Key::Char(c)) if !c.is_control() => text.push(c),
+            Input::Key(_) => {}
+        }
+    }
+}
+
+/// Waits for the human to type `code` (`Some(true)`), or to go back with
+/// Esc (`Some(false)`); `None` when the terminal is gone.
+fn confirm(kb: &mut Keyboard, label: &str, code: &str) -> Option<bool> {
+    let mut typed = 0;
+    loop {
+        let shown: String = code.chars().take(typed).collect();
+        let _ = write!(kb.tty, "\r\x1b[2K{label} {shown}");
+        let _ = kb.tty.flush();
+        match kb.next() {
+            Input::Gone => return None,
+            Input::Key(Key::Escape) => return Some(false),
+            Input::Key(Key::Char(c)) => {
+                if code.chars().nth(typed) == Some(c.to_ascii_lowercase()) {
+                    typed += 1;
+                    if typed == code.len() {
+                        return Some(true);
+                    }
+                } else {
+                    typed = 0;
+                }
+            }
+            Input::Key(Key::Backspace) => typed = typed.saturating_sub(1),
+            Input::Key(_) => typed = 0,
         }
     }
 }
@@ -143,64 +227,14 @@ fn process_tree(pid: u32) -> Vec<Pid> {
 }
 
 /// Asks the human at `tty`. `child` (and its process tree) is stopped
-/// meanwhile when given.
-pub fn ask(prompt: &Prompt, mut tty: File, child: Option<u32>) -> Verdict {
+/// meanwhile when given (a `--tty` child writes to the terminal itself).
+/// `stop` is raised by a signal that ends Lazaret: the request is denied.
+pub fn ask(prompt: &Prompt, tty: File, child: Option<u32>, stop: &AtomicBool) -> Verdict {
     let stopped = child.map(process_tree).unwrap_or_default();
     for p in &stopped {
         let _ = kill(*p, Signal::SIGSTOP);
     }
-    let verdict = {
-        let Some(_raw) = Raw::new(&tty) else {
-            return Verdict::Deny {
-                reason: Some("the session's terminal could not show the prompt".into()),
-            };
-        };
-        let _ = tty.write_all(render(prompt).as_bytes());
-        let _ = tty.flush();
-        loop {
-            let mut b = [0u8; 1];
-            match tty.read(&mut b) {
-                Ok(1) => {}
-                _ => {
-                    break Verdict::Deny {
-                        reason: Some("the terminal closed".into()),
-                    };
-                }
-            }
-            match b[0].to_ascii_lowercase() {
-                b'a' => {
-                    let _ = write!(tty, "\r\napproved\r\n");
-                    break Verdict::Approve;
-                }
-                b'd' => {
-                    let reason = read_line(&mut tty, "reason (optional, Enter to send):", "");
-                    break Verdict::Deny { reason };
-                }
-                b'e' => {
-                    let initial = if make_visible(&prompt.command).1 {
-                        ""
-                    } else {
-                        prompt.command.as_str()
-                    };
-                    match read_line(&mut tty, "edit, Enter to approve, Esc to go back:", initial) {
-                        Some(command) if !command.trim().is_empty() => {
-                            break Verdict::Edit { command };
-                        }
-                        _ => {
-                            let _ = write!(tty, "\r\n");
-                            let _ = tty.write_all(render(prompt).as_bytes());
-                        }
-                    }
-                }
-                b'q' => {
-                    let _ = write!(tty, "\r\naborting the session\r\n");
-                    break Verdict::Abort;
-                }
-                _ => {}
-            }
-        }
-    };
-    let _ = tty.flush();
+    let verdict = ask_armed(prompt, tty, stop);
     for p in &stopped {
         let _ = kill(*p, Signal::SIGCONT);
     }
@@ -208,6 +242,111 @@ pub fn ask(prompt: &Prompt, mut tty: File, child: Option<u32>) -> Verdict {
     for p in &stopped {
         let _ = kill(*p, Signal::SIGWINCH);
     }
+    verdict
+}
+
+fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
+    let Some(_raw) = Raw::new(&tty) else {
+        return Verdict::Deny {
+            reason: Some("the session's terminal could not show the prompt".into()),
+        };
+    };
+    let gone = || Verdict::Deny {
+        reason: Some("the terminal closed, or Lazaret was stopped".into()),
+    };
+    flush_input(&tty);
+    let rows = ratatui::crossterm::terminal::size().map_or(24, |(_, r)| r);
+    let code = approval_code(CODE_LEN);
+    let screen = format!("{}{}", reset_for_prompt(rows), render(prompt, &code));
+    let _ = tty.write_all(screen.as_bytes());
+    let _ = tty.flush();
+    // Keys typed before the prompt was there are not answers to it.
+    std::thread::sleep(ARMING);
+    flush_input(&tty);
+    let Ok(reader) = tty.try_clone() else {
+        return gone();
+    };
+    let mut kb = Keyboard {
+        tty: reader,
+        reader: KeyReader::default(),
+        stop,
+    };
+    let label = "  code:";
+    let mut typed = 0usize;
+    let verdict = loop {
+        let shown: String = code.chars().take(typed).collect();
+        let _ = write!(tty, "\r\x1b[2K{label} {shown}");
+        let _ = tty.flush();
+        let key = match kb.next() {
+            Input::Gone => break gone(),
+            Input::Key(k) => k,
+        };
+        match key {
+            Key::Char(c) if code.chars().nth(typed) == Some(c.to_ascii_lowercase()) => {
+                typed += 1;
+                if typed == code.len() {
+                    let _ = write!(tty, "\r\n  approved\r\n");
+                    break Verdict::Approve;
+                }
+            }
+            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'d') => {
+                let _ = write!(tty, "\r\n");
+                match read_line(&mut kb, "  reason (optional, Enter to send):", "") {
+                    Some(reason) => {
+                        break Verdict::Deny {
+                            reason: (!reason.trim().is_empty()).then_some(reason),
+                        };
+                    }
+                    None if stop.load(Ordering::Relaxed) => break gone(),
+                    None => break Verdict::Deny { reason: None },
+                }
+            }
+            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'e') => {
+                let initial = if make_visible(&prompt.command).1 {
+                    ""
+                } else {
+                    prompt.command.as_str()
+                };
+                let _ = write!(tty, "\r\n");
+                if let Some(command) =
+                    read_line(&mut kb, "  edit, Enter when done, Esc to go back:", initial)
+                    && !command.trim().is_empty()
+                {
+                    let _ = write!(tty, "  run  {}\r\n", make_visible(&command).0);
+                    let label = format!("  type the code {code} to run it, Esc to go back:");
+                    match confirm(&mut kb, &label, &code) {
+                        Some(true) => {
+                            let _ = write!(tty, "\r\n  approved as edited\r\n");
+                            break Verdict::Edit { command };
+                        }
+                        None => break gone(),
+                        Some(false) => {}
+                    }
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break gone();
+                }
+                let _ = write!(tty, "\r\n{}", render(prompt, &code));
+            }
+            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'q') => {
+                let _ = write!(tty, "\r\n  aborting the session\r\n");
+                break Verdict::Abort;
+            }
+            Key::Burst => {
+                typed = 0;
+                let _ = write!(
+                    tty,
+                    "\r\x1b[2K  (ignored: several keys at once, a paste or a terminal reply)\r\n"
+                );
+            }
+            _ => typed = 0,
+        }
+    };
+    let _ = write!(
+        tty,
+        "\x1b[2m── lazaret: back to the sandbox's output ──\x1b[0m\r\n"
+    );
+    let _ = tty.flush();
     verdict
 }
 
@@ -227,7 +366,8 @@ mod tests {
             via_shell: false,
             reason: "matches no auto-approve entry".into(),
         };
-        let text = render(&p);
+        let text = render(&p, "bcf");
+        assert!(text.contains(" bcf "));
         assert!(!text.contains("\x1b[2J"));
         assert!(text.contains("fine␛[2J␛[Hreally"));
         assert!(text.contains("ls<U+202E>txt.exe"));

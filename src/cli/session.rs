@@ -1,8 +1,11 @@
 //! Commands that go through the Session Coordinator: shell, exec, status,
 //! down, audit, and the hidden `coordinator` entry point itself.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -18,6 +21,10 @@ use crate::engine::Engine;
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
 use lazaret_escalate::signing::SessionKey;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::terminal::OutputFilter;
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
@@ -86,15 +93,17 @@ impl SessionAnchor {
         }
     }
 
-    /// The arguments of `podman` that run `argv` in `sandbox` as this
-    /// session: a delegated credential, the guide, and TERM.
+    /// The `podman` command that runs `argv` in `sandbox` as this session:
+    /// a delegated credential, the guide, and TERM. The credential is named
+    /// in the arguments and its value passed in podman's environment, so it
+    /// never shows in the host's process list.
     pub(crate) fn exec_args(
         &self,
         sandbox: &str,
         tty: bool,
         term: Option<&str>,
         argv: &[String],
-    ) -> Result<Vec<String>> {
+    ) -> Result<ExecSpec> {
         let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
         let credential = self
             .key
@@ -104,9 +113,11 @@ impl SessionAnchor {
         if tty {
             args.push("--tty".into());
         }
+        let mut env = Vec::new();
         for (k, v) in credential.env_vars() {
             args.push("--env".into());
-            args.push(format!("{k}={v}"));
+            args.push(k.to_string());
+            env.push((k.to_string(), v));
         }
         args.push("--env".into());
         args.push(format!(
@@ -120,11 +131,32 @@ impl SessionAnchor {
         }
         args.push(sandbox.to_string());
         args.extend(argv.iter().cloned());
-        Ok(args)
+        Ok(ExecSpec { args, env })
+    }
+}
+
+/// A `podman exec` of a session: its arguments, and environment variables
+/// for podman itself that `--env NAME` arguments forward.
+#[derive(Clone)]
+pub(crate) struct ExecSpec {
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for ExecSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSpec")
+            .field("args", &self.args)
+            .finish_non_exhaustive()
     }
 }
 
 /// Runs `argv` in the sandbox through `podman exec`, as one Client Session.
+///
+/// Whatever of the exec's stdout and stderr is a terminal is read here and
+/// passed through [`OutputFilter`] (decisions.md D10); a pipe or file gets
+/// the bytes as they are. An exec (not `--tty`) never reads a terminal: its
+/// stdin is then empty, so no key meant for a prompt reaches the sandbox.
 fn run_in_sandbox(
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
@@ -136,7 +168,10 @@ fn run_in_sandbox(
 ) -> Result<ExitCode> {
     let (_, ctx, _) = context(explicit, env, profile, workspace)?;
     let session = SessionAnchor::new()?;
-    let tty = interactive && nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+    let stdin_tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+    let out_tty = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+    let err_tty = nix::unistd::isatty(std::io::stderr()).unwrap_or(false);
+    let tty = interactive && stdin_tty;
     let has_human = super::prompt::open_tty().is_some();
     let rt = runtime()?;
     let started = Instant::now();
@@ -154,23 +189,76 @@ fn run_in_sandbox(
         ))
         .with_context(|| format!("cannot reach domain {}", ctx.anchor.hash()))?;
     announce(&client.domain);
+    // From here on a signal that ends Lazaret also ends a prompt (as a
+    // denial) and the exec, and the terminal is restored (until here the
+    // default action ends Lazaret at once, before anything ran).
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGTERM, SIGHUP, SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
     let mut cmd = tokio::process::Command::new("podman");
-    cmd.args(session.exec_args(
+    let spec = session.exec_args(
         &client.domain.sandbox,
         tty,
         env.var("TERM").as_deref(),
         argv,
-    )?);
-    let status = rt.block_on(async {
+    )?;
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if stdin_tty && !tty {
+        cmd.stdin(Stdio::null());
+    }
+    if out_tty {
+        cmd.stdout(Stdio::piped());
+    }
+    if err_tty {
+        cmd.stderr(Stdio::piped());
+    }
+    let guard = (out_tty || err_tty).then(TerminalGuard::new);
+    let outcome = rt.block_on(async {
         let mut child = cmd.spawn().context("cannot run podman exec")?;
+        let mut out = child.stdout.take();
+        let mut err = child.stderr.take();
+        let (mut out_filter, mut err_filter) = (OutputFilter::default(), OutputFilter::default());
+        let (mut out_buf, mut err_buf) = (vec![0u8; 16384], vec![0u8; 16384]);
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+        let mut status = None;
+        // After the exec ends, what it wrote last is still read, briefly.
+        let mut drain_until = None;
         let mut listening = true;
         loop {
+            if let Some(s) = status
+                && out.is_none()
+                && err.is_none()
+            {
+                return Ok(Ended::Exited(s));
+            }
+            // While a prompt is up this task does not read the pipes: the
+            // sandbox's output waits there and shows after the answer.
             tokio::select! {
-                status = child.wait() => return status.context("podman exec failed"),
+                s = child.wait(), if status.is_none() => {
+                    status = Some(s.context("podman exec failed")?);
+                    drain_until = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+                }
+                _ = sleep_until_opt(drain_until) => return Ok(Ended::Exited(status.unwrap_or_default())),
+                n = read_some(&mut out, &mut out_buf) => match n {
+                    Ok(n) if n > 0 => pass(&mut std::io::stdout(), &out_filter.filter(&out_buf[..n])),
+                    _ => out = None,
+                },
+                n = read_some(&mut err, &mut err_buf) => match n {
+                    Ok(n) if n > 0 => pass(&mut std::io::stderr(), &err_filter.filter(&err_buf[..n])),
+                    _ => err = None,
+                },
+                _ = term.recv() => return Ok(Ended::Signal(child, SIGTERM)),
+                _ = hup.recv() => return Ok(Ended::Signal(child, SIGHUP)),
+                _ = int.recv() => return Ok(Ended::Signal(child, SIGINT)),
                 msg = read_frame::<_, CoordMsg>(&mut client.stream), if listening => match msg {
                     Ok(CoordMsg::Prompt { prompt }) => {
                         let verdict = match super::prompt::open_tty() {
-                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }),
+                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }, &stop),
                             None => Verdict::Deny { reason: Some("no terminal to ask on".into()) },
                         };
                         let abort = verdict == Verdict::Abort;
@@ -186,11 +274,87 @@ fn run_in_sandbox(
                 },
             }
         }
-    })?;
+    });
+    let code = match outcome {
+        Ok(Ended::Exited(status)) => Ok(exit_code(status)),
+        Ok(Ended::Signal(mut child, sig)) => {
+            // The exec ends with Lazaret; its exit code says which signal.
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            rt.block_on(async {
+                if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                }
+            });
+            eprintln!("lazaret: stopped by signal {sig}; the exec in the sandbox was ended");
+            Ok(ExitCode::from(128 + sig as u8))
+        }
+        Err(e) => Err(e),
+    };
+    drop(guard);
     // Closing the connection ends the session; the last one tears down.
     drop(client);
     drop(rt);
-    Ok(exit_code(status))
+    code
+}
+
+/// How a plain session's exec ended.
+enum Ended {
+    Exited(std::process::ExitStatus),
+    Signal(tokio::process::Child, i32),
+}
+
+/// Reads what `r` has, or waits forever once it is closed (`None`).
+async fn read_some(
+    r: &mut Option<impl tokio::io::AsyncRead + Unpin>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    match r {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes filtered output to the terminal.
+fn pass(w: &mut impl Write, bytes: &[u8]) {
+    let _ = w.write_all(bytes);
+    let _ = w.flush();
+}
+
+/// While a plain session writes to a terminal: on the way out (also after a
+/// signal) its modes are reset and input the terminal holds is thrown away,
+/// so nothing left over is read by the user's shell.
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn new() -> Self {
+        TerminalGuard
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        if let Some(mut tty) = super::prompt::open_tty() {
+            let _ = tty.write_all(super::terminal::RESET_MODES.as_bytes());
+            let _ = tty.flush();
+            super::terminal::flush_input(&tty);
+        }
+    }
 }
 
 /// How long an exec's delegated credential is valid.

@@ -115,6 +115,12 @@ impl Outcome {
 pub enum ToHuman {
     Prompt(Prompt),
     Outcome(Outcome),
+    /// The prompt of this request is void: its requester went away before
+    /// the human decided.
+    Withdrawn {
+        request_id: String,
+        reason: String,
+    },
 }
 
 /// The human's answer.
@@ -142,6 +148,9 @@ pub trait SessionDirectory: Send + Sync {
     fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>>;
     /// Tells the session's human what became of a request they approved.
     fn tell(&self, session_id: &str, outcome: Outcome);
+    /// Takes back the prompt of `request_id` (no decision for it counts
+    /// any more) and tells the session's human why.
+    fn withdraw(&self, session_id: &str, request_id: &str, reason: &str);
 }
 
 /// The Escalation Socket of one domain.
@@ -294,7 +303,13 @@ impl EscalationServer {
                 }
                 Err(_) => return,
             };
-        let response = self.judge(req, sessions.as_ref()).await;
+        // While the human decides, a requester that hangs up (or writes
+        // anything more) withdraws its request (decisions.md D10).
+        let gone = async {
+            let mut byte = [0u8; 1];
+            let _ = tls.read(&mut byte).await;
+        };
+        let response = self.judge(req, sessions.as_ref(), gone).await;
         let mut response = response;
         let _ = response.fit_to(MAX_RESPONSE_FRAME);
         let _ = protocol::write_response_async(&mut tls, &response).await;
@@ -305,6 +320,7 @@ impl EscalationServer {
         &self,
         req: lazaret_escalate::Request,
         sessions: &dyn SessionDirectory,
+        requester_gone: impl Future<Output = ()>,
     ) -> Response {
         let id = req.request_id.clone();
         let refuse = |stage: &str, why: String| {
@@ -399,9 +415,17 @@ impl EscalationServer {
                         "no human is attached to this session (it has no terminal), so nothing that needs approval can run",
                     );
                 };
-                let verdict = answer.await.unwrap_or(Verdict::Deny {
-                    reason: Some("the session ended before a decision".into()),
-                });
+                let verdict = tokio::select! {
+                    v = answer => v.unwrap_or(Verdict::Deny {
+                        reason: Some("the session ended before a decision".into()),
+                    }),
+                    () = requester_gone => {
+                        let why = "the requester went away before a decision";
+                        sessions.withdraw(&req.session_id, &id, why);
+                        self.decided(&id, "withdrawn", &req.command, Some(why));
+                        return Response::denied(&id, why);
+                    }
+                };
                 let response = match verdict {
                     Verdict::Approve => {
                         self.decided(&id, "approved", &req.command, None);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -77,6 +77,12 @@ pub enum CoordMsg {
     /// What became of a request this session's human approved.
     Outcome {
         outcome: crate::coordinator::escalation::Outcome,
+    },
+    /// A `Prompt` sent earlier is void (its requester went away): take it
+    /// off the screen; a decision for it is ignored.
+    Withdrawn {
+        request_id: String,
+        reason: String,
     },
 }
 

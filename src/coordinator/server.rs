@@ -49,7 +49,7 @@ struct Shared {
     /// Live sessions that hold the domain up, by connection number.
     sessions: Mutex<BTreeMap<u64, LiveSession>>,
     /// Escalation requests waiting for a human, by request id.
-    pending: Mutex<BTreeMap<String, oneshot::Sender<Verdict>>>,
+    pending: Mutex<BTreeMap<String, PendingPrompt>>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
 }
@@ -61,6 +61,13 @@ struct LiveSession {
     /// Where prompts and outcomes for its human go; `None` when it has no
     /// terminal.
     human: Option<mpsc::UnboundedSender<ToHuman>>,
+}
+
+/// A prompt waiting for its human: it belongs to the connection of the
+/// session that asked, which alone may decide it, and dies with it.
+struct PendingPrompt {
+    conn: u64,
+    answer: oneshot::Sender<Verdict>,
 }
 
 /// The coordinator's sessions, as the Escalation Socket sees them.
@@ -76,22 +83,38 @@ impl SessionDirectory for Directory {
     }
 
     fn ask(&self, prompt: Prompt) -> Option<oneshot::Receiver<Verdict>> {
-        let tx = {
-            let sessions = self.0.sessions.lock().expect("lock");
-            sessions
-                .values()
-                .find(|s| s.info.session_id == prompt.session_id)?
-                .human
-                .clone()?
-        };
+        // Under the sessions lock: a session that leaves meanwhile either
+        // is not found here or finds this prompt when it denies its own.
+        let sessions = self.0.sessions.lock().expect("lock");
+        let (conn, tx) = sessions
+            .iter()
+            .find(|(_, s)| s.info.session_id == prompt.session_id)
+            .and_then(|(conn, s)| Some((*conn, s.human.clone()?)))?;
         let (answer_tx, answer_rx) = oneshot::channel();
-        self.0
-            .pending
-            .lock()
-            .expect("lock")
-            .insert(prompt.request_id.clone(), answer_tx);
+        self.0.pending.lock().expect("lock").insert(
+            prompt.request_id.clone(),
+            PendingPrompt {
+                conn,
+                answer: answer_tx,
+            },
+        );
         tx.send(ToHuman::Prompt(prompt)).ok()?;
         Some(answer_rx)
+    }
+
+    fn withdraw(&self, session_id: &str, request_id: &str, reason: &str) {
+        self.0.pending.lock().expect("lock").remove(request_id);
+        let sessions = self.0.sessions.lock().expect("lock");
+        if let Some(tx) = sessions
+            .values()
+            .find(|s| s.info.session_id == session_id)
+            .and_then(|s| s.human.as_ref())
+        {
+            let _ = tx.send(ToHuman::Withdrawn {
+                request_id: request_id.to_string(),
+                reason: reason.to_string(),
+            });
+        }
     }
 
     fn tell(&self, session_id: &str, outcome: Outcome) {
@@ -529,13 +552,28 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
             .audit("session-start", serde_json::json!({ "session_id": info.session_id, "pid": pid, "purpose": purpose }))
             .await;
     }
-    let result = serve_session(&shared, &mut stream, human_rx).await;
+    let result = serve_session(&shared, &mut stream, human_rx, conn).await;
     if let Some(info) = holder {
-        let remaining = {
+        let (remaining, orphans) = {
             let mut s = shared.sessions.lock().expect("lock");
             s.remove(&conn);
-            s.len()
+            let mut pending = shared.pending.lock().expect("lock");
+            let ids: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| p.conn == conn)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let orphans: Vec<PendingPrompt> =
+                ids.iter().filter_map(|id| pending.remove(id)).collect();
+            (s.len(), orphans)
         };
+        // Its unanswered prompts are denied (and audited as such by the
+        // Escalation Socket): the requester is not left waiting.
+        for p in orphans {
+            let _ = p.answer.send(Verdict::Deny {
+                reason: Some("the session left before its human decided".into()),
+            });
+        }
         shared
             .audit(
                 "session-end",
@@ -574,6 +612,7 @@ async fn serve_session(
     shared: &Arc<Shared>,
     stream: &mut UnixStream,
     mut human: Option<mpsc::UnboundedReceiver<ToHuman>>,
+    conn: u64,
 ) -> Result<(), FrameError> {
     // Wait for the boot, forwarding every step (the state first: a step
     // is logged before the state that follows it is published).
@@ -619,6 +658,9 @@ async fn serve_session(
                 let msg = match news {
                     ToHuman::Prompt(prompt) => CoordMsg::Prompt { prompt },
                     ToHuman::Outcome(outcome) => CoordMsg::Outcome { outcome },
+                    ToHuman::Withdrawn { request_id, reason } => {
+                        CoordMsg::Withdrawn { request_id, reason }
+                    }
                 };
                 write_frame(stream, &msg).await?;
                 continue;
@@ -668,11 +710,21 @@ async fn serve_session(
                 request_id,
                 verdict,
             } => {
-                match shared.pending.lock().expect("lock").remove(&request_id) {
-                    Some(tx) => {
-                        let _ = tx.send(verdict);
+                // Only the connection the prompt was sent to decides it.
+                let taken = {
+                    let mut pending = shared.pending.lock().expect("lock");
+                    match pending.get(&request_id) {
+                        Some(p) if p.conn == conn => pending.remove(&request_id),
+                        _ => None,
                     }
-                    None => log(&format!("a decision for unknown request {request_id}")),
+                };
+                match taken {
+                    Some(p) => {
+                        let _ = p.answer.send(verdict);
+                    }
+                    None => log(&format!(
+                        "connection {conn}: a decision for request {request_id}, which is not pending for it, ignored"
+                    )),
                 }
                 continue;
             }

@@ -458,6 +458,12 @@ impl App {
 
     fn handle(&mut self, ev: Ev) {
         match ev {
+            // SIGTERM, SIGHUP or SIGINT: leave as the human's quit would,
+            // restoring the terminal on the way out.
+            Ev::Signal(sig) => {
+                self.exit_code = Some(128u8.saturating_add(sig as u8));
+                self.quit = true;
+            }
             Ev::Input(Event::Key(key)) => {
                 if key.kind != KeyEventKind::Release {
                     self.key(key);
@@ -596,6 +602,23 @@ impl App {
                         detail: summary(&r.data),
                     })
                     .collect();
+            }
+            CoordMsg::Withdrawn { request_id, reason } => {
+                // Off the modal and the queue, with a note that stays.
+                let before = tab.prompts.len();
+                tab.prompts.retain(|p| p.prompt.request_id != request_id);
+                let title = tab.title.clone();
+                if tab.prompts.len() != before {
+                    self.message = Some(format!(
+                        "tab {title}: request {request_id} withdrawn ({reason}); nothing runs"
+                    ));
+                }
+                self.set_status(
+                    &request_id,
+                    EscalationStatus::Denied {
+                        reason: Some(format!("withdrawn: {reason}")),
+                    },
+                );
             }
             CoordMsg::Status { domain } => tab.domain = Some(domain),
             CoordMsg::Error { message } => self.message = Some(message),
@@ -931,6 +954,16 @@ impl App {
                 }
                 if p.opened.is_none_or(|t| t.elapsed() < MODAL_ARM) {
                     // Held: swallowed, neither an answer nor shell input.
+                    return true;
+                }
+                // A and E only once the whole request has been on screen.
+                if matches!(key.code, KeyCode::Char('a' | 'A' | 'e' | 'E'))
+                    && !p.view.seen_whole_request()
+                {
+                    self.message = Some(
+                        "the request is longer than the modal: scroll to its end (↓ or PgDn) before A or E"
+                            .into(),
+                    );
                     return true;
                 }
                 match key.code {

@@ -37,7 +37,8 @@ pub enum Ev {
     Exited(u64),
     Progress(u64, String),
     /// The domain is up: run the shell with these `podman` arguments.
-    Connected(u64, Box<DomainStatus>, Vec<String>),
+    #[allow(private_interfaces)]
+    Connected(u64, Box<DomainStatus>, Box<crate::cli::session::ExecSpec>),
     Failed(u64, String),
     Coord(u64, Box<CoordMsg>),
     ControlClosed(u64),
@@ -49,6 +50,8 @@ pub enum Ev {
         Option<(crate::net::Target, bool)>,
         std::result::Result<NetTable, String>,
     ),
+    /// Lazaret was told to stop (SIGTERM, SIGHUP or SIGINT).
+    Signal(i32),
 }
 
 /// The network panel's view of a domain's live table.
@@ -198,6 +201,23 @@ pub fn run(
         .context("cannot start the async runtime")?;
 
     let (tx, rx) = std::sync::mpsc::channel();
+    // A signal ends the UI through its loop, so the terminal is restored
+    // and every session leaves cleanly (not the default: die in raw mode).
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("cannot install the signal handlers")?;
+    let signal_tx = tx.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let _ = signal_tx.send(Ev::Signal(sig));
+            }
+        })
+        .context("cannot start the signal thread")?;
     // Terminal set-up, restored on every way out (including a panic).
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

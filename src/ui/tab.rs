@@ -223,7 +223,11 @@ impl Tab {
 
     /// Runs `podman exec` with `args` in a PTY of the pane's size, and a
     /// reader thread feeding the pane.
-    pub fn spawn_shell(&mut self, args: &[String], tx: std::sync::mpsc::Sender<Ev>) -> Result<()> {
+    pub fn spawn_shell(
+        &mut self,
+        spec: &crate::cli::session::ExecSpec,
+        tx: std::sync::mpsc::Sender<Ev>,
+    ) -> Result<()> {
         let (rows, cols) = self.state.size();
         let pair = portable_pty::native_pty_system()
             .openpty(PtySize {
@@ -234,7 +238,10 @@ impl Tab {
             })
             .map_err(|e| anyhow::anyhow!("cannot open a PTY: {e}"))?;
         let mut cmd = CommandBuilder::new("podman");
-        cmd.args(args);
+        cmd.args(&spec.args);
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
         if let Ok(cwd) = std::env::current_dir() {
             cmd.cwd(cwd);
         }
@@ -420,7 +427,11 @@ async fn control(
             return;
         }
     };
-    let _ = tx.send(Ev::Connected(id, Box::new(client.domain.clone()), args));
+    let _ = tx.send(Ev::Connected(
+        id,
+        Box::new(client.domain.clone()),
+        Box::new(args),
+    ));
     let (mut r, mut w) = client.stream.into_split();
     let reader = async {
         while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {

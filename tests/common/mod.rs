@@ -305,6 +305,25 @@ impl Tmux {
         assert!(out.status.success(), "send-keys: {}", text(&out).1);
     }
 
+    /// Runs the tmux command `args` on this server; its standard output.
+    pub fn tmux(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        assert!(out.status.success(), "tmux {args:?}: {}", text(&out).1);
+        text(&out).0
+    }
+
+    /// A format (`#{alternate_on}`, ...) of the pane, expanded.
+    pub fn format(&self, f: &str) -> String {
+        self.tmux(&["display-message", "-p", "-t", "0", f])
+            .trim()
+            .to_string()
+    }
+
+    /// The pid of the pane's program (the first process in it).
+    pub fn pane_pid(&self) -> u32 {
+        self.format("#{pane_pid}").parse().unwrap()
+    }
+
     /// Types `s` literally, then Enter.
     pub fn line(&self, s: &str) {
         self.send(&["-l", s]);

@@ -350,9 +350,15 @@ fn render_request(
     ));
     if view.max_scroll > 0 {
         let last = (view.scroll + body_height).min(body_len);
-        block = block.title_bottom(
-            Line::from(format!(" lines {}-{last} of {body_len} ", view.scroll + 1)).right_aligned(),
-        );
+        // A and E wait until the end has been on screen: say how to get there.
+        let mut text = format!(" lines {}-{last} of {body_len} ", view.scroll + 1);
+        let more = "· ↓ to the end before A/E ";
+        if !view.seen_end
+            && text.chars().count() + more.chars().count() + 4 <= usize::from(rect.width)
+        {
+            text += more;
+        }
+        block = block.title_bottom(Line::from(text).right_aligned());
     }
     Clear.render(rect, buf);
     let inner = block.inner(rect);

