@@ -43,6 +43,13 @@ pub(crate) fn context(
 }
 
 fn announce(domain: &DomainStatus) {
+    if let Some(failed) = &domain.degraded {
+        eprintln!(
+            "lazaret: !! sandbox {} is DEGRADED (started with --allow-degraded): its self-test failed: {}",
+            domain.sandbox,
+            lazaret_widgets::visible::make_visible(failed).0
+        );
+    }
     if !domain.gvisor {
         eprintln!(
             "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",
