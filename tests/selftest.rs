@@ -309,6 +309,15 @@ fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
         assert!(started.elapsed() < Duration::from_secs(30), "no sandbox");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // `lazaret status` says so too.
+    let out = d.cmd_raw(STANDARD_PATH, &["status"]).output().unwrap();
+    let (status, _) = text(&out);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with(&d.hash) && l.contains("DEGRADED")),
+        "{status}"
+    );
     // It really is the host kernel in there, as the mark says.
     let (_, version, _) = d.sh("cat /proc/version");
     assert!(!version.contains("4.4.0 #1 SMP Sun Jan 10"), "{version}");

@@ -351,7 +351,9 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         "DOMAIN", "PROFILE", "RUNTIME", "SESSIONS", "UPTIME"
     );
     for d in &domains {
-        let runtime = if d.gvisor {
+        let runtime = if d.degraded.is_some() {
+            format!("{} DEGRADED", d.runtime)
+        } else if d.gvisor {
             format!("{} (gVisor)", d.runtime)
         } else {
             format!("{} NOT gVisor", d.runtime)
