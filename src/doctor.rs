@@ -62,9 +62,18 @@ fn fail(problem: impl Into<String>, fix: impl Into<String>) -> Outcome {
     }
 }
 
-/// Runs a command with a deadline; returns its stdout, then its stderr
-/// (some tools, `runsc flags` among them, print their answer there).
-fn output(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+/// What a program printed, kept apart: a query's answer is read from the
+/// stream it is printed on only, so a warning on stderr (podman's
+/// `"/" is not a shared mount`, say) is never taken for the answer.
+struct Captured {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a command with a deadline. Both pipes are drained on threads so a
+/// chatty program cannot block on a full pipe while it is waited for.
+fn run_captured(program: &Path, args: &[&str], limit: Duration) -> Result<Captured, String> {
+    use std::io::Read;
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -72,6 +81,15 @@ fn output(program: &Path, args: &[&str], limit: Duration) -> Result<String, Stri
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
     let status = match child.wait_timeout(limit) {
         Ok(Some(status)) => status,
         Ok(None) => {
@@ -86,19 +104,25 @@ fn output(program: &Path, args: &[&str], limit: Duration) -> Result<String, Stri
         }
         Err(e) => return Err(e.to_string()),
     };
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let captured = Captured {
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
     if status.success() {
-        Ok(stdout + &String::from_utf8_lossy(&out.stderr))
+        Ok(captured)
     } else {
-        let stderr = String::from_utf8_lossy(&out.stderr);
         Err(format!(
             "`{} {}` failed ({status}): {}",
             program.display(),
             args.join(" "),
-            stderr.trim().lines().last().unwrap_or("")
+            captured.stderr.trim().lines().last().unwrap_or("")
         ))
     }
+}
+
+/// A query's answer: its stdout only.
+fn output(program: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+    run_captured(program, args, limit).map(|c| c.stdout)
 }
 
 fn first_line(s: &str) -> String {
@@ -159,9 +183,11 @@ fn runsc_checks() -> Vec<Check> {
             fix: format!("make sure it is gVisor {MIN_RUNSC_DATE} or newer"),
         },
     };
-    let flags_check = match output(&runsc, &["flags"], Duration::from_secs(20)) {
+    // `runsc flags` prints its list on stderr: the one answer read there.
+    let flags_check = match run_captured(&runsc, &["flags"], Duration::from_secs(20)) {
         Err(e) => fail(e, SETUP),
-        Ok(flags) => {
+        Ok(Captured { stdout, stderr }) => {
+            let flags = stdout + &stderr;
             let has = |f: &str| {
                 flags
                     .lines()
@@ -264,18 +290,36 @@ fn storage_check() -> Check {
     Check::new("storage driver", true, outcome)
 }
 
-/// The containers.conf files podman reads, lowest precedence first.
+/// The containers.conf files podman reads, lowest precedence first: each
+/// main file, then its `.d` drop-ins in name order (as podman 4.3 does:
+/// `/etc/containers/containers.conf.d` and the per-user one).
+/// `CONTAINERS_CONF` replaces them all.
 fn containers_confs(env: &dyn HostEnv) -> Vec<PathBuf> {
-    let mut v = vec![
-        PathBuf::from("/usr/share/containers/containers.conf"),
-        PathBuf::from("/etc/containers/containers.conf"),
-    ];
+    if let Some(only) = env.var("CONTAINERS_CONF") {
+        return vec![PathBuf::from(only)];
+    }
+    let dropins = |main: &Path| -> Vec<PathBuf> {
+        let mut d: Vec<PathBuf> = std::fs::read_dir(main.with_extension("conf.d"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+            .collect();
+        d.sort();
+        d
+    };
+    let mut v = vec![PathBuf::from("/usr/share/containers/containers.conf")];
+    let etc = PathBuf::from("/etc/containers/containers.conf");
+    v.extend(dropins(&etc));
+    v.insert(1, etc);
     let config_home = env
         .var("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| env.home().map(|h| h.join(".config")));
     if let Some(c) = config_home {
-        v.push(c.join("containers/containers.conf"));
+        let user = c.join("containers/containers.conf");
+        v.extend(std::iter::once(user.clone()).chain(dropins(&user)));
     }
     v
 }
@@ -303,7 +347,7 @@ pub fn parse_ulimit(entry: &str) -> Option<(&str, u64, u64)> {
 
 fn rlimit_check(env: &dyn HostEnv) -> Check {
     use nix::sys::resource::{Resource, getrlimit};
-    let fix = "add to /etc/containers/containers.conf: [containers] default_ulimits = [\"nofile=20000:20000\", \"nproc=4096:4096\"]   (values at most your hard limits, `ulimit -Hn` / `ulimit -Hu`)";
+    let fix = "add to a drop-in such as /etc/containers/containers.conf.d/50-lazaret.conf (or ~/.config/containers/containers.conf): [containers] default_ulimits = [\"nofile=20000:20000\", \"nproc=4096:4096\"]   (values at most your hard limits, `ulimit -Hn` / `ulimit -Hu`)";
     let entries: Vec<String> = containers_conf_value(env, "containers", "default_ulimits")
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
@@ -347,7 +391,7 @@ fn cgroup_check(env: &dyn HostEnv) -> Check {
             format!(
                 "cgroups are v1/hybrid and podman's default runtime is {runtime}, which fails there"
             ),
-            "add to /etc/containers/containers.conf: [engine] runtime = \"runc\"",
+            "add to a drop-in such as /etc/containers/containers.conf.d/50-lazaret.conf (or ~/.config/containers/containers.conf): [engine] runtime = \"runc\"   (or run scripts/setup)",
         )
     };
     Check::new("oci runtime", true, outcome)

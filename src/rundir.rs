@@ -21,13 +21,29 @@ pub enum RuntimeDirError {
     #[error("security: the runtime folder {0} is not a folder; remove it and retry")]
     NotADirectory(PathBuf),
     #[error(
-        "security: the runtime folder {path} belongs to uid {owner}, not to you (uid {uid}); someone else may be intercepting Lazaret's sockets. Remove it as its owner or choose another XDG_RUNTIME_DIR"
+        "security: the runtime folder {path} belongs to uid {owner}, not to you (uid {uid}); someone else may be intercepting Lazaret's sockets and keys, so Lazaret will not use it. Fix: have it removed (`sudo rm -rf {path}`), or point XDG_RUNTIME_DIR at a private memory-backed folder of yours (a systemd login sets /run/user/{uid}; `sudo loginctl enable-linger $USER` creates it)"
     )]
     Owner { path: PathBuf, owner: u32, uid: u32 },
     #[error(
         "security: the runtime folder {path} has mode {mode:03o}, so others can reach Lazaret's sockets; run `chmod 700 {path}`"
     )]
     Mode { path: PathBuf, mode: u32 },
+}
+
+/// Where the runtime folder goes without a usable `XDG_RUNTIME_DIR` (a `su`
+/// login, CI): `/dev/shm`, the memory-backed folder every Linux system has,
+/// when it is a tmpfs; `/tmp` only where it is not (then `doctor` warns).
+/// Both are world-writable with the sticky bit, so [`RuntimeDir::ensure`]'s
+/// owner, mode and no-symlink checks are what keep others out.
+pub fn fallback_parent() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let memory = nix::sys::statfs::statfs(shm)
+        .is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    if memory && std::fs::symlink_metadata(shm).is_ok_and(|m| m.is_dir()) {
+        shm.to_path_buf()
+    } else {
+        PathBuf::from("/tmp")
+    }
 }
 
 /// A checked private runtime folder.
@@ -38,7 +54,9 @@ pub struct RuntimeDir {
 
 impl RuntimeDir {
     /// Where the folder is: `$XDG_RUNTIME_DIR/lazaret` when that variable
-    /// names a private folder of this user, else `/tmp/lazaret-{uid}`.
+    /// names a private folder of this user, else `lazaret-{uid}` in a
+    /// memory-backed folder ([`fallback_parent`]): keys never reach a disk
+    /// (decisions.md D4).
     pub fn locate(env: &dyn HostEnv) -> PathBuf {
         let uid = nix::unistd::geteuid().as_raw();
         let usable = |p: &Path| {
@@ -50,7 +68,7 @@ impl RuntimeDir {
             // A variable inherited across `su`/`runuser` names someone else's
             // folder: fall back rather than fail.
             Some(xdg) if usable(&xdg) => xdg.join("lazaret"),
-            _ => PathBuf::from(format!("/tmp/lazaret-{uid}")),
+            _ => fallback_parent().join(format!("lazaret-{uid}")),
         }
     }
 

@@ -291,9 +291,7 @@ impl HostClient {
             .enable_all()
             .build()
             .unwrap();
-        let uid = common::test_user().map_or(nix::unistd::geteuid().as_raw(), |u| u.uid);
-        let control_path =
-            PathBuf::from(format!("/tmp/lazaret-{uid}/lazaret_coord_{}.sock", d.hash));
+        let control_path = common::sandbox::rundir().join(format!("lazaret_coord_{}.sock", d.hash));
         let key = SessionKey::generate().unwrap();
         let session_id = uuid::Uuid::new_v4().to_string();
         let control = rt.block_on(async {
@@ -330,7 +328,7 @@ impl HostClient {
                 .join("sockets")
                 .join(&d.hash)
                 .join("escalate.sock"),
-            certs: PathBuf::from(format!("/tmp/lazaret-{uid}/certs_{}", d.hash)),
+            certs: common::sandbox::rundir().join(format!("certs_{}", d.hash)),
             identity: SandboxIdentity::new(d.profile, &d.hash).unwrap(),
             session_id,
             key,

@@ -93,11 +93,104 @@ fn locate_ignores_a_foreign_xdg_runtime_dir() {
     let uid = nix::unistd::geteuid().as_raw();
     assert_eq!(
         RuntimeDir::locate(&env),
-        std::path::PathBuf::from(format!("/tmp/lazaret-{uid}"))
+        std::path::PathBuf::from(format!("/dev/shm/lazaret-{uid}"))
     );
     let env = FixedEnv::default();
     assert_eq!(
         RuntimeDir::locate(&env),
-        std::path::PathBuf::from(format!("/tmp/lazaret-{uid}"))
+        std::path::PathBuf::from(format!("/dev/shm/lazaret-{uid}"))
     );
+}
+
+/// Run as a throwaway uid by [`fallback_is_memory_backed_and_a_taken_one_is_refused`]:
+/// locates and ensures the runtime folder without XDG_RUNTIME_DIR and prints
+/// the outcome.
+#[test]
+#[ignore = "helper: run only by another test, as another uid"]
+fn fallback_child() {
+    match RuntimeDir::ensure(&RuntimeDir::locate(&FixedEnv::default())) {
+        Ok(rt) => {
+            let fs = nix::sys::statfs::statfs(rt.path()).unwrap();
+            let tmpfs = fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC;
+            println!("OK {} tmpfs={tmpfs}", rt.path().display());
+        }
+        Err(e) => println!("ERR {e}"),
+    }
+}
+
+/// Without XDG_RUNTIME_DIR (a `su` login, CI) the runtime folder, where the
+/// sandbox's client keys live, is memory-backed; when another local user
+/// pre-created it, Lazaret refuses it and the error names the fix.
+/// Needs root, to act as two other users.
+#[test]
+fn fallback_is_memory_backed_and_a_taken_one_is_refused() {
+    if !common::is_root() {
+        eprintln!("skipped: acting as other users needs root (CI runs this)");
+        return;
+    }
+    // An uid nobody uses, so no real user's folder is touched.
+    let uid = 61_000 + std::process::id() % 1000;
+    let folder = std::path::PathBuf::from(format!("/dev/shm/lazaret-{uid}"));
+    let _ = std::fs::remove_dir_all(&folder);
+    // The test binary, where that uid can run it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("t");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = || {
+        let out = std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+            ])
+            .arg(&exe)
+            .args(["--exact", "fallback_child", "--ignored", "--nocapture"])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find(|l| l.starts_with("OK ") || l.starts_with("ERR "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "child said nothing: {text}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+            .to_string()
+    };
+    // Free: created in memory, private.
+    let line = run();
+    assert_eq!(line, format!("OK {} tmpfs=true", folder.display()));
+    let meta = std::fs::symlink_metadata(&folder).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (uid, 0o700));
+    std::fs::remove_dir_all(&folder).unwrap();
+
+    // Taken: another user (here `nobody`) created it first.
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+    nix::unistd::chown(&folder, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let line = run();
+    std::fs::remove_dir_all(&folder).unwrap();
+    assert!(line.starts_with("ERR "), "{line}");
+    for part in [
+        format!("{} belongs to uid 65534, not to you", folder.display()),
+        format!("sudo rm -rf {}", folder.display()),
+        "XDG_RUNTIME_DIR".to_string(),
+    ] {
+        assert!(line.contains(&part), "missing `{part}`: {line}");
+    }
+
+    // A symlink planted there is refused and not followed.
+    let target = dir.path().join("elsewhere");
+    std::os::unix::fs::symlink(&target, &folder).unwrap();
+    let line = run();
+    std::fs::remove_file(&folder).unwrap();
+    assert!(line.contains("is a symlink"), "{line}");
+    assert!(!target.exists());
 }

@@ -12,6 +12,7 @@
 //! - [`classify`]: the metacharacter check, shell-words parsing and the
 //!   auto-approve argv-prefix matcher.
 //! - [`client`]: the blocking client used by the binary.
+//! - [`selftest`]: the in-sandbox self-test run at every sandbox start.
 //!
 //! The binary is built static and mounted read-only into every Agent
 //! Sandbox; code it does not call is dropped at link time.
@@ -20,6 +21,7 @@ pub mod classify;
 pub mod client;
 mod hex;
 pub mod protocol;
+pub mod selftest;
 pub mod server;
 pub mod signing;
 pub mod trust;

@@ -107,6 +107,11 @@ fn main() -> ExitCode {
             Err(_) => return fail(exit::USAGE, "arguments must be valid UTF-8"),
         }
     }
+    // The host's self-test of a new sandbox (not for agents): one JSON
+    // argument in, one JSON report out.
+    if raw.first().map(String::as_str) == Some("selftest") {
+        return selftest(raw.get(1).map(String::as_str));
+    }
     let args = match parse_args(raw) {
         Parsed::Run(a) => a,
         Parsed::Exit(code) => return code,
@@ -175,4 +180,22 @@ fn main() -> ExitCode {
             ),
         ),
     }
+}
+
+fn selftest(json: Option<&str>) -> ExitCode {
+    use lazaret_escalate::selftest;
+    let Some(x) = json.and_then(|j| serde_json::from_str::<selftest::Expectations>(j).ok()) else {
+        return fail(
+            exit::USAGE,
+            "usage: lazaret-escalate selftest EXPECTATIONS-JSON",
+        );
+    };
+    let report = selftest::run(&x);
+    println!(
+        "{}",
+        serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+    );
+    // The report is the answer, failed checks included: exit 0 once it is
+    // printed, so the host reads it rather than a bare exit status.
+    ExitCode::SUCCESS
 }

@@ -39,6 +39,10 @@ pub struct Cli {
     /// contains or lies in Lazaret's own folders (refused otherwise).
     #[arg(long, global = true)]
     allow_broad_workspace: bool,
+    /// Start a sandbox even when its start-up self-test fails; it is then
+    /// marked degraded in the status line and its tab.
+    #[arg(long, global = true)]
+    allow_degraded: bool,
 
     #[command(subcommand)]
     command: Command,
@@ -175,7 +179,31 @@ enum Command {
     /// Check that this host can run Lazaret: podman, runc, runsc (gVisor),
     /// user namespaces, devices, storage and limits. Prints a fix for each
     /// problem; exits non-zero when something required is missing.
-    Doctor,
+    ///
+    /// With --sandbox, instead run the self-test of the running domain of
+    /// PROFILE (current folder; starts none): runtime, git protections and
+    /// masks, egress policy, Escalation Socket.
+    Doctor {
+        /// Self-test the running sandbox of this profile (default profile
+        /// when no name is given).
+        #[arg(long, value_name = "PROFILE", num_args = 0..=1, default_missing_value = "")]
+        sandbox: Option<String>,
+        /// Workspace folder of --sandbox (default: the current folder).
+        #[arg(long, short, requires = "sandbox")]
+        workspace: Option<PathBuf>,
+    },
+    /// Print a shell completion script, e.g.
+    /// `lazaret completions bash > ~/.local/share/bash-completion/completions/lazaret`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (`lazaret man | man -l -`), or with --dir write
+    /// lazaret.1 and one page per subcommand there.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -282,9 +310,44 @@ pub fn run() -> Result<ExitCode> {
         cli.allow_broad_workspace,
         std::sync::atomic::Ordering::Relaxed,
     );
+    if cli.allow_degraded {
+        crate::engine::selftest::set_allow_degraded();
+    }
     match cli.command {
         Command::Trust { path, revoke } => trust_command(&env, cli.config.as_deref(), path, revoke),
-        Command::Doctor => {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "lazaret", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            use clap::CommandFactory;
+            let cmd = Cli::command();
+            match dir {
+                Some(d) => {
+                    std::fs::create_dir_all(&d)
+                        .with_context(|| format!("cannot create {}", d.display()))?;
+                    clap_mangen::generate_to(cmd, &d)
+                        .with_context(|| format!("cannot write man pages into {}", d.display()))?;
+                }
+                None => clap_mangen::Man::new(cmd)
+                    .render(&mut std::io::stdout())
+                    .context("cannot write the man page")?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor {
+            sandbox: Some(profile),
+            workspace,
+        } => {
+            let d = DomainArgs {
+                profile: (!profile.is_empty()).then_some(profile),
+                path: workspace,
+            };
+            doctor_sandbox(cli.config, &env, &d)
+        }
+        Command::Doctor { sandbox: None, .. } => {
             let checks = crate::doctor::run(&env);
             let (text, failed) = crate::doctor::report(&checks);
             print!("{text}");
@@ -580,6 +643,39 @@ fn sandbox_up(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `lazaret doctor --sandbox`: the start-up self-test, on demand, of a
+/// domain that runs.
+fn doctor_sandbox(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+) -> Result<ExitCode> {
+    use crate::engine::selftest;
+    let (config, resolved) = resolve(explicit, env, d)?;
+    let engine = engine(&config, env)?;
+    let name = resolved.domain.sandbox_name();
+    if !engine.podman.is_running(&name)? {
+        bail!(
+            "the sandbox of profile {} for {} is not running; start it (`lazaret ui`, `lazaret shell`) and run this again",
+            resolved.profile.name,
+            resolved.domain.workspace().display()
+        );
+    }
+    let report = selftest::run(&engine, &resolved, &name);
+    print!("{}", selftest::render(&report));
+    let failed = report.failed().count();
+    if failed == 0 {
+        println!("\nself-test passed: {name} is what Lazaret says it is");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "\n{failed} of {} checks failed: {name} is NOT as configured",
+            report.checks.len()
+        );
+        Ok(ExitCode::FAILURE)
+    }
 }
 
 fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Result<ExitCode> {

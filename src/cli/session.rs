@@ -50,6 +50,13 @@ pub(crate) fn context(
 }
 
 fn announce(domain: &DomainStatus) {
+    if let Some(failed) = &domain.degraded {
+        eprintln!(
+            "lazaret: !! sandbox {} is DEGRADED (started with --allow-degraded): its self-test failed: {}",
+            domain.sandbox,
+            lazaret_widgets::visible::make_visible(failed).0
+        );
+    }
     if !domain.gvisor {
         eprintln!(
             "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",
@@ -528,7 +535,9 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         "DOMAIN", "PROFILE", "RUNTIME", "SESSIONS", "UPTIME"
     );
     for d in &domains {
-        let runtime = if d.gvisor {
+        let runtime = if d.degraded.is_some() {
+            format!("{} DEGRADED", d.runtime)
+        } else if d.gvisor {
             format!("{} (gVisor)", d.runtime)
         } else {
             format!("{} NOT gVisor", d.runtime)

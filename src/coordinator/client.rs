@@ -132,6 +132,9 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
     if let Some(c) = &ctx.config {
         cmd.arg("--config").arg(c);
     }
+    if crate::engine::selftest::allow_degraded() {
+        cmd.arg("--allow-degraded");
+    }
     cmd.stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(ClientError::Spawn)?)
         .stderr(log);

@@ -100,6 +100,10 @@ pub struct DomainStatus {
     /// Seconds since the coordinator started.
     pub uptime: u64,
     pub coordinator_pid: u32,
+    /// The failed start-up self-test checks of a sandbox started with
+    /// `--allow-degraded`; `None` when it passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -166,6 +166,9 @@ impl Shared {
                 .collect(),
             uptime: self.started.elapsed().as_secs(),
             coordinator_pid: std::process::id(),
+            degraded: sandbox.as_ref().and_then(|_| {
+                crate::engine::selftest::degraded(&anchor.domain_root(&self.engine.data_root))
+            }),
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod images;
 pub mod mounts;
 pub mod podman;
+pub mod selftest;
 pub mod state_anchor;
 pub mod teardown;
 pub mod wrapper;
@@ -71,6 +72,14 @@ pub enum EngineError {
         name: String,
         expected: String,
         actual: String,
+    },
+    #[error(
+        "the self-test of the Agent Sandbox {name} failed, so it was stopped: {failed}. Fix the cause (`lazaret doctor` helps), or start anyway with --allow-degraded (the sandbox is then marked degraded)\n{report}"
+    )]
+    SelfTest {
+        name: String,
+        failed: String,
+        report: String,
     },
     #[error("{0}")]
     Teardown(String),
@@ -239,6 +248,8 @@ impl Engine {
             })
             .and_then(|s| {
                 self.verify_runtime(&s)?;
+                // Fail closed: prove from inside what the UI will claim.
+                selftest::gate(self, resolved, &s)?;
                 Ok(s)
             });
         match result {

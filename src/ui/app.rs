@@ -1129,17 +1129,34 @@ impl App {
             .tabs
             .iter()
             .map(|t| TabInfo {
-                title: t.title.clone(),
+                title: match &t.domain {
+                    Some(d) if d.degraded.is_some() => format!("{} !DEGRADED", t.title),
+                    _ => t.title.clone(),
+                },
                 pending: t.prompts.len(),
             })
             .collect();
         let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
+            Some(d) if d.degraded.is_some() => format!(
+                "{} {} · !! DEGRADED ({}): self-test failed: {} !!",
+                d.profile,
+                d.hash,
+                d.runtime,
+                lazaret_widgets::visible::make_visible(d.degraded.as_deref().unwrap_or("")).0
+            ),
             Some(d) if d.gvisor => format!("{} {} · gVisor ({})", d.profile, d.hash, d.runtime),
             Some(d) => format!(
                 "{} {} · !! NOT gVisor: {} !! the agent shares the host kernel",
                 d.profile, d.hash, d.runtime
             ),
-            None => format!("{} · starting", t.launch.label),
+            None => match &t.phase {
+                Phase::Failed(why) => format!(
+                    "{} · FAILED: {}",
+                    t.launch.label,
+                    why.lines().next().unwrap_or("")
+                ),
+                _ => format!("{} · starting", t.launch.label),
+            },
         });
         let message = match &self.input {
             Some(Input { kind, text }) => Some(match kind {
@@ -1213,9 +1230,16 @@ impl App {
                 f.render_widget(TabBar::new(&infos, focus), areas.tabs);
             }
             if let Some(tab) = tabs.get_mut(focus) {
-                let gvisor = tab.domain.as_ref().map(|d| d.gvisor);
+                // A degraded sandbox is drawn like one without gVisor: red.
+                let gvisor = tab
+                    .domain
+                    .as_ref()
+                    .map(|d| d.gvisor && d.degraded.is_none());
                 let title = match (&tab.domain, &tab.phase) {
                     (_, Phase::Failed(_)) => format!(" {} · failed ", tab.title),
+                    (Some(d), _) if d.degraded.is_some() => {
+                        format!(" {} · DEGRADED: self-test failed ", tab.title)
+                    }
                     (Some(d), _) if !d.gvisor => {
                         format!(" {} · NOT gVisor: {} ", tab.title, d.runtime)
                     }

@@ -209,15 +209,16 @@ impl Tab {
 
     pub fn progress(&self, step: &str) {
         let line = format!(
-            "\x1b[2m[{:>5.1}s]\x1b[0m {step}\r\n",
-            self.started.elapsed().as_secs_f64()
+            "\x1b[2m[{:>5.1}s]\x1b[0m {}\r\n",
+            self.started.elapsed().as_secs_f64(),
+            crlf(step)
         );
         self.state.process(line.as_bytes());
     }
 
     pub fn failed(&mut self, why: &str) {
         self.state
-            .process(format!("\r\n\x1b[1;31mlazaret: {why}\x1b[0m\r\n").as_bytes());
+            .process(format!("\r\n\x1b[1;31mlazaret: {}\x1b[0m\r\n", crlf(why)).as_bytes());
         self.phase = Phase::Failed(why.to_string());
     }
 
@@ -452,4 +453,11 @@ async fn control(
         _ = writer => {}
     }
     let _ = tx.send(Ev::ControlClosed(id));
+}
+
+/// Text Lazaret writes into a pane ends its lines with CR LF: a terminal
+/// moves down on LF only, so a multi-line error or log tail with bare LFs
+/// would be drawn as a staircase.
+fn crlf(text: &str) -> String {
+    text.replace("\r\n", "\n").replace('\n', "\r\n")
 }

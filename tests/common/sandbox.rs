@@ -36,7 +36,7 @@ pub fn rundir() -> PathBuf {
         Some(u) => u.uid,
         None => nix::unistd::geteuid().as_raw(),
     };
-    PathBuf::from(format!("/tmp/lazaret-{uid}"))
+    lazaret::rundir::fallback_parent().join(format!("lazaret-{uid}"))
 }
 
 /// `true` when nobody holds `path`'s lock (or it does not exist).

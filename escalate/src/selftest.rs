@@ -1,0 +1,345 @@
+//! The sandbox's self-test (`lazaret-escalate selftest JSON`): one process
+//! inside a freshly started Agent Sandbox proves, from the agent's side,
+//! that the sandbox is what the host believes it is. The host passes what
+//! it expects ([`Expectations`]); the answer is a JSON [`Report`] on stdout.
+//! Every check fails closed: anything it cannot prove is a failure.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, pem::PemObject};
+use serde::{Deserialize, Serialize};
+
+use crate::trust;
+
+/// What the host expects of the sandbox.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Expectations {
+    /// `runsc` (gVisor) or `runc`.
+    pub runtime: String,
+    /// The host kernel's release (`uname -r`): seen inside under runc only.
+    pub host_kernel: String,
+    /// Paths that must be read-only mounts (git protections, Lazaret's own).
+    #[serde(default)]
+    pub read_only: Vec<String>,
+    /// Paths that must be tmpfs masks.
+    #[serde(default)]
+    pub masks: Vec<String>,
+    /// `ip:port`s the egress policy denies: connecting must fail at once.
+    #[serde(default)]
+    pub denied: Vec<String>,
+    /// The Escalation Socket, when the domain has one: it must refuse a
+    /// client without the sandbox's certificate.
+    #[serde(default)]
+    pub socket: Option<String>,
+    /// Where the sandbox's CA certificate is (to know the server is ours).
+    #[serde(default)]
+    pub certs_dir: Option<String>,
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Every check, in order.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn failed(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.ok)
+    }
+    fn push(&mut self, name: impl Into<String>, result: Result<String, String>) {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.checks.push(Check {
+            name: name.into(),
+            ok,
+            detail,
+        });
+    }
+}
+
+/// The fixed `/proc/version` gVisor reports (it emulates Linux 4.4.0).
+const GVISOR_VERSION_MARK: &str = "4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016";
+
+/// Runs every check.
+pub fn run(x: &Expectations) -> Report {
+    let mut r = Report::default();
+    r.push("runtime", runtime(x));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let table = parse_mountinfo(&mounts);
+    for p in &x.read_only {
+        r.push(format!("read-only {p}"), read_only(&table, p));
+    }
+    for p in &x.masks {
+        r.push(format!("mask {p}"), mask(&table, p));
+    }
+    for a in &x.denied {
+        r.push(format!("denied {a}"), denied(a));
+    }
+    if let Some(sock) = &x.socket {
+        r.push(
+            "escalation socket",
+            refuses_without_certificate(Path::new(sock), x.certs_dir.as_deref().map(Path::new)),
+        );
+    }
+    r
+}
+
+fn runtime(x: &Expectations) -> Result<String, String> {
+    let version = std::fs::read_to_string("/proc/version")
+        .map_err(|e| format!("cannot read /proc/version: {e}"))?;
+    let version = version.trim();
+    let host = !x.host_kernel.is_empty() && version.contains(&x.host_kernel);
+    let gvisor = !host && version.contains(GVISOR_VERSION_MARK);
+    match x.runtime.as_str() {
+        "runsc" if gvisor => Ok(format!("gVisor ({version})")),
+        "runsc" if host => Err(format!(
+            "expected gVisor, but the sandbox runs on the host kernel ({version})"
+        )),
+        "runsc" => Err(format!(
+            "expected gVisor, but /proc/version is not gVisor's: {version}"
+        )),
+        "runc" if host => Ok(format!("host kernel, no gVisor ({version})")),
+        "runc" => Err(format!(
+            "expected runc on the host kernel {}, but /proc/version says: {version}",
+            x.host_kernel
+        )),
+        other => Err(format!("unknown runtime `{other}` expected")),
+    }
+}
+
+/// One mount: its mount point, per-mount options and filesystem type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub point: String,
+    pub options: Vec<String>,
+    pub fstype: String,
+}
+
+/// Octal escapes of mountinfo (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `/proc/self/mountinfo`, in mount order.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let f: Vec<&str> = left.split(' ').collect();
+            let point = unescape(f.get(4)?);
+            let options = f.get(5)?.split(',').map(str::to_string).collect();
+            let fstype = right.split(' ').next()?.to_string();
+            Some(MountEntry {
+                point,
+                options,
+                fstype,
+            })
+        })
+        .collect()
+}
+
+/// The mount that is visible at `path`: the last one mounted there.
+fn top<'a>(table: &'a [MountEntry], path: &str) -> Option<&'a MountEntry> {
+    let want = path.trim_end_matches('/');
+    table.iter().rev().find(|m| m.point == want)
+}
+
+fn read_only(table: &[MountEntry], path: &str) -> Result<String, String> {
+    let m = top(table, path).ok_or_else(|| format!("{path} is not a mount point"))?;
+    if !m.options.iter().any(|o| o == "ro") {
+        return Err(format!("{path} is mounted read-write ({})", m.fstype));
+    }
+    // The flag is not enough: try a write the way the agent would.
+    let p = Path::new(path);
+    let attempt = if p.is_dir() {
+        let probe = p.join(format!(".lazaret-selftest-{}", std::process::id()));
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe);
+        if r.is_ok() {
+            let _ = std::fs::remove_file(&probe);
+        }
+        r.map(drop)
+    } else {
+        // Append, never truncate: the file may be the host's own.
+        std::fs::OpenOptions::new().append(true).open(p).map(drop)
+    };
+    match attempt {
+        Ok(()) => Err(format!("{path} is writable")),
+        Err(e) if e.raw_os_error() == Some(30) => Ok("read-only (write gave EROFS)".into()),
+        Err(e) => Err(format!(
+            "{path}: a write failed with `{e}`, not EROFS: cannot prove it read-only"
+        )),
+    }
+}
+
+fn mask(table: &[MountEntry], path: &str) -> Result<String, String> {
+    match top(table, path) {
+        Some(m) if m.fstype == "tmpfs" => Ok("tmpfs".into()),
+        Some(m) => Err(format!(
+            "{path} is not masked: a {} mount is on top of it",
+            m.fstype
+        )),
+        None => Err(format!("{path} is not masked: no mount there")),
+    }
+}
+
+/// A denied destination must fail at once with a routing error; a refused
+/// connection means the packet reached the address.
+fn denied(addr: &str) -> Result<String, String> {
+    let sa: SocketAddr = addr
+        .parse()
+        .map_err(|_| format!("`{addr}` is not an address:port"))?;
+    match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
+        Ok(_) => Err(format!(
+            "{addr} was reached: the egress policy is not in force"
+        )),
+        // EINVAL (blackhole), EHOSTUNREACH, ENETUNREACH, EACCES, EPERM.
+        Err(e) if matches!(e.raw_os_error(), Some(22 | 113 | 101 | 13 | 1)) => {
+            Ok(format!("refused by the route: {e}"))
+        }
+        Err(e) if e.raw_os_error() == Some(111) => Err(format!(
+            "{addr} answered (connection refused): the packet left the sandbox"
+        )),
+        Err(e) => Err(format!("{addr}: `{e}`, not a routing refusal")),
+    }
+}
+
+/// Connects without a client certificate. Passes only when the server
+/// proves to be the sandbox's (its certificate chains to the sandbox's CA)
+/// and then refuses to talk.
+fn refuses_without_certificate(sock: &Path, certs: Option<&Path>) -> Result<String, String> {
+    let certs = certs.unwrap_or(Path::new(crate::CERTS_DIR));
+    let ca_path = certs.join(trust::CA_CERT_FILE);
+    let ca =
+        std::fs::read(&ca_path).map_err(|e| format!("cannot read {}: {e}", ca_path.display()))?;
+    let ca = CertificateDer::from_pem_slice(&ca)
+        .map_err(|_| format!("{} holds no certificate", ca_path.display()))?;
+    let mut roots = RootCertStore::empty();
+    roots.add(ca).map_err(|e| e.to_string())?;
+    let mut cfg = rustls::ClientConfig::builder_with_provider(trust::crypto_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![trust::ALPN.to_vec()];
+    let stream = UnixStream::connect(sock)
+        .map_err(|e| format!("cannot connect to {}: {e}", sock.display()))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(3)));
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), trust::server_name())
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, stream);
+    // The handshake first: it proves the server is the sandbox's own (its
+    // certificate chains to the sandbox's CA). Under TLS 1.3 the server
+    // judges the client's (missing) certificate only after that.
+    while tls.conn.is_handshaking() {
+        if let Err(e) = tls.conn.complete_io(&mut tls.sock) {
+            return match refusal(&e) {
+                Some(how) => Ok(how),
+                None => Err(format!(
+                    "the TLS handshake failed (`{e}`): it is not the sandbox's own Escalation Socket"
+                )),
+            };
+        }
+    }
+    // A frame header and a little body: a server that accepted us would
+    // answer it (with an error, but an answer).
+    let _ = tls
+        .write_all(&[0, 0, 0, 2, b'{', b'}'])
+        .and_then(|()| tls.flush());
+    let mut buf = [0u8; 64];
+    match tls.read(&mut buf) {
+        Ok(0) => Ok("closed without answering a client with no certificate".into()),
+        Ok(_) => Err("it answered a client with no certificate".into()),
+        Err(e) => refusal(&e).ok_or_else(|| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "no refusal within 3 s: the server kept a client with no certificate".into()
+            }
+            _ => format!("`{e}`, not a refusal of the missing certificate"),
+        }),
+    }
+}
+
+/// The errors by which a server refuses a client without a certificate:
+/// a certificate alert, or closing the connection. Anything else fails.
+fn refusal(e: &std::io::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    use std::io::ErrorKind as K;
+    if let Some(rustls::Error::AlertReceived(alert)) =
+        e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+    {
+        return matches!(
+            alert,
+            A::CertificateRequired | A::BadCertificate | A::HandshakeFailure | A::AccessDenied
+        )
+        .then(|| format!("refused a client with no certificate (alert {alert:?})"));
+    }
+    matches!(
+        e.kind(),
+        K::UnexpectedEof | K::ConnectionReset | K::BrokenPipe | K::ConnectionAborted
+    )
+    .then(|| format!("closed the connection of a client with no certificate ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_top_entry_wins() {
+        let t = "19 18 0:20 / /ro ro - 9p none ro\n\
+                 27 18 0:28 / /ws/.vscode rw - tmpfs none rw\n\
+                 28 18 0:29 / /ws/.vscode rw,relatime - ext4 /dev/vda rw\n\
+                 29 18 0:30 / /a\\040b ro - tmpfs none ro\n";
+        let table = parse_mountinfo(t);
+        assert_eq!(top(&table, "/ws/.vscode").unwrap().fstype, "ext4");
+        assert!(mask(&table, "/ws/.vscode").is_err());
+        assert_eq!(top(&table, "/a b").unwrap().fstype, "tmpfs");
+        assert!(mask(&table, "/nothing").is_err());
+    }
+
+    #[test]
+    fn runtime_by_proc_version() {
+        let x = Expectations {
+            runtime: "runc".into(),
+            host_kernel: "no-such-kernel".into(),
+            ..Default::default()
+        };
+        assert!(runtime(&x).is_err());
+    }
+}

@@ -1,0 +1,257 @@
+//! The fail-closed self-test of a started domain: before the first session
+//! attaches (and on demand, `lazaret doctor --sandbox`), prove that the
+//! sandbox is what the UI says it is. A security tool that silently runs
+//! with less isolation than the user believes is worse than none.
+//!
+//! One process inside the sandbox (`/run/lazaret/escalate selftest`, the
+//! static binary already mounted there) checks, from the agent's side, the
+//! runtime (gVisor where runsc is configured), the read-only git protections
+//! and Lazaret's own mounts, the tmpfs masks, that a denied address fails at
+//! once, and that the Escalation Socket refuses a client without the
+//! sandbox's certificate. The host adds one check of its own: the sidecar's
+//! live table is exactly the domain's policy.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use lazaret_escalate::selftest::{Check, Expectations, Report};
+use lazaret_sidecar::policy::{Policy, Verdict};
+use lazaret_widgets::visible::make_visible;
+
+use super::mounts::Mount;
+use super::{Engine, EngineError, Sandbox};
+use crate::config::ResolvedProfile;
+
+/// Set by `--allow-degraded` (passed on to the coordinator this process
+/// starts): a failed self-test then lets the sandbox start, marked degraded
+/// everywhere it is shown.
+static ALLOW_DEGRADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_allow_degraded() {
+    ALLOW_DEGRADED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+pub fn allow_degraded() -> bool {
+    ALLOW_DEGRADED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Addresses a failing probe may safely hit: the user-mode network's host
+/// aliases (they map to this machine), never anything beyond it.
+const PROBES: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(10, 0, 2, 2)),
+    IpAddr::V4(Ipv4Addr::new(10, 0, 2, 3)),
+];
+/// The discard port: nothing listens there, and nothing is sent.
+const PROBE_PORT: u16 = 9;
+
+/// Where a degraded domain's failed checks are kept while it runs; the
+/// coordinator's status reports them, and the UI marks the sandbox.
+pub fn degraded_file(domain_root: &Path) -> PathBuf {
+    domain_root.join("degraded")
+}
+
+/// The failed checks of a running domain started with `--allow-degraded`.
+pub fn degraded(domain_root: &Path) -> Option<String> {
+    std::fs::read_to_string(degraded_file(domain_root))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// What the sandbox of `resolved` must show from inside.
+pub fn expectations(
+    engine: &Engine,
+    resolved: &ResolvedProfile,
+) -> Result<Expectations, EngineError> {
+    let layout = engine.layout(resolved)?;
+    let mut read_only = Vec::new();
+    let mut masks = Vec::new();
+    for m in layout.mounts() {
+        match m {
+            Mount::Bind {
+                container,
+                read_only: true,
+                ..
+            } => read_only.push(container.display().to_string()),
+            Mount::Tmpfs { container } => masks.push(container.display().to_string()),
+            Mount::Bind { .. } => {}
+        }
+    }
+    // Lazaret's own folders (the escalation binary itself is left out: it
+    // is the process running the test, and a write-open says ETXTBSY).
+    read_only.push(lazaret_escalate::SANDBOX_DIR.into());
+    read_only.push(lazaret_escalate::CERTS_DIR.into());
+    let anchor = &resolved.domain;
+    let domain_root = anchor.domain_root(&engine.data_root);
+    let policy = live_policy(&domain_root, resolved)?;
+    let denied = PROBES
+        .iter()
+        .filter(|a| policy.why(**a).verdict == Verdict::Deny)
+        .map(|a| SocketAddr::new(*a, PROBE_PORT).to_string())
+        .collect();
+    let socket_on_host = anchor
+        .escalation_dir(&engine.socket_dir)
+        .join("escalate.sock");
+    let with_socket = socket_on_host.exists();
+    Ok(Expectations {
+        runtime: resolved.profile.runtime.as_str().into(),
+        host_kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        read_only,
+        masks,
+        denied,
+        socket: with_socket.then(|| lazaret_escalate::SOCKET_PATH.into()),
+        certs_dir: with_socket.then(|| lazaret_escalate::CERTS_DIR.into()),
+    })
+}
+
+/// The policy the domain runs under (its live copy after `lazaret net`).
+fn live_policy(domain_root: &Path, resolved: &ResolvedProfile) -> Result<Policy, EngineError> {
+    Ok(crate::net::policy(crate::net::effective_spec(
+        domain_root,
+        &resolved.network,
+    ))?)
+}
+
+/// Runs the self-test of the running sandbox `sandbox`.
+pub fn run(engine: &Engine, resolved: &ResolvedProfile, sandbox: &str) -> Report {
+    // The two podman round trips are independent: run them side by side.
+    let (mut report, table) = std::thread::scope(|scope| {
+        let table = scope.spawn(|| policy_table(engine, resolved));
+        let report = match expectations(engine, resolved) {
+            Err(e) => Report {
+                checks: vec![failed("expectations", format!("cannot compute them: {e}"))],
+            },
+            Ok(x) => in_sandbox(engine, sandbox, &x),
+        };
+        let table = table
+            .join()
+            .unwrap_or_else(|_| failed("policy table", "the check panicked".into()));
+        (report, table)
+    });
+    report.checks.push(table);
+    report
+}
+
+fn failed(name: &str, detail: String) -> Check {
+    Check {
+        name: name.into(),
+        ok: false,
+        detail,
+    }
+}
+
+/// The one in-sandbox process; anything but a readable report fails.
+fn in_sandbox(engine: &Engine, sandbox: &str, x: &Expectations) -> Report {
+    let json = serde_json::to_string(x).unwrap_or_default();
+    match engine.podman.run([
+        "exec",
+        sandbox,
+        lazaret_escalate::BINARY_PATH,
+        "selftest",
+        &json,
+    ]) {
+        Ok(out) => serde_json::from_str(out.trim()).unwrap_or_else(|e| Report {
+            checks: vec![failed(
+                "in-sandbox self-test",
+                format!(
+                    "unreadable report ({e}): {}",
+                    out.chars().take(200).collect::<String>()
+                ),
+            )],
+        }),
+        Err(e) => Report {
+            checks: vec![failed(
+                "in-sandbox self-test",
+                format!(
+                    "could not run {} selftest: {e}",
+                    lazaret_escalate::BINARY_PATH
+                ),
+            )],
+        },
+    }
+}
+
+/// The sidecar's live table must be exactly the domain's policy.
+fn policy_table(engine: &Engine, resolved: &ResolvedProfile) -> Check {
+    let anchor = &resolved.domain;
+    let result = live_policy(&anchor.domain_root(&engine.data_root), resolved)
+        .map_err(|e| e.to_string())
+        .and_then(|policy| {
+            let report = crate::net::show(&engine.podman, &anchor.sidecar_name(), None)
+                .map_err(|e| e.to_string())?;
+            if crate::net::in_force(&report, &policy) {
+                Ok(format!("{} rules, as configured", report.rules().len()))
+            } else {
+                Err("the sidecar's live table differs from the policy (a rule was added or removed behind Lazaret's back); `lazaret net show` lists it".into())
+            }
+        });
+    match result {
+        Ok(d) => Check {
+            name: "policy table".into(),
+            ok: true,
+            detail: d,
+        },
+        Err(d) => failed("policy table", d),
+    }
+}
+
+/// The report as text: one line per check, failures marked.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let width = report
+        .checks
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(0);
+    for c in &report.checks {
+        let mark = if c.ok { "ok  " } else { "FAIL" };
+        // Text from inside the sandbox is shown, never obeyed (D8).
+        let (name, _) = make_visible(&c.name);
+        let (detail, _) = make_visible(&c.detail);
+        let _ = writeln!(out, "{mark}  {name:width$}  {detail}");
+    }
+    out
+}
+
+/// The names and reasons of the failed checks, on one line.
+pub fn summary(report: &Report) -> String {
+    report
+        .failed()
+        .map(|c| format!("{}: {}", make_visible(&c.name).0, make_visible(&c.detail).0))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The boot step: a failed self-test stops the start (the caller tears the
+/// domain down) unless `--allow-degraded` was given; then the domain starts
+/// marked degraded.
+pub fn gate(
+    engine: &Engine,
+    resolved: &ResolvedProfile,
+    sandbox: &Sandbox,
+) -> Result<(), EngineError> {
+    let report = run(engine, resolved, &sandbox.name);
+    let marker = degraded_file(&resolved.domain.domain_root(&engine.data_root));
+    if report.failed().next().is_none() {
+        let _ = std::fs::remove_file(&marker);
+        return Ok(());
+    }
+    let summary = summary(&report);
+    if allow_degraded() {
+        std::fs::write(&marker, &summary).map_err(|error| EngineError::Io {
+            path: marker.clone(),
+            error,
+        })?;
+        return Ok(());
+    }
+    Err(EngineError::SelfTest {
+        name: sandbox.name.clone(),
+        failed: summary,
+        report: render(&report),
+    })
+}

@@ -1,0 +1,92 @@
+//! Shell completions and the man page come from the CLI definition itself
+//! (clap_complete, clap_mangen), so they list exactly what `lazaret` accepts.
+
+mod common;
+
+use common::{STANDARD_PATH, Scratch, lazaret, text, user_home as home};
+
+fn run(s: &Scratch, args: &[&str]) -> String {
+    let out = lazaret(&home(), &s.path(), STANDARD_PATH, args)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "lazaret {args:?}: {stderr}");
+    stdout
+}
+
+/// bash completes subcommands and options with the generated script.
+#[test]
+fn bash_completion_completes_subcommands_and_options() {
+    let s = Scratch::new();
+    let script = s.write("lazaret.bash", &run(&s, &["completions", "bash"]));
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let probe = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _lazaret lazaret '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            words.join(" "),
+            words.len() - 1,
+            line.len(),
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "-c", &probe])
+            .output()
+            .unwrap();
+        text(&out).0
+    };
+    let subs = complete("lazaret doc");
+    assert!(subs.lines().any(|l| l == "doctor"), "{subs}");
+    let opts = complete("lazaret doctor --sa");
+    assert!(opts.lines().any(|l| l == "--sandbox"), "{opts}");
+    for (shell, mark) in [("zsh", "#compdef lazaret"), ("fish", "complete -c lazaret")] {
+        let out = run(&s, &["completions", shell]);
+        assert!(out.contains(mark), "{shell}: {out}");
+    }
+    let out = lazaret(&home(), &s.path(), STANDARD_PATH, &["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+/// `lazaret man` is a valid page man can render; --dir writes one page per
+/// subcommand.
+#[test]
+fn man_page_renders_and_lists_subcommands() {
+    let s = Scratch::new();
+    let page = run(&s, &["man"]);
+    assert!(
+        page.contains(".TH lazaret 1"),
+        "{}",
+        &page[..page.len().min(300)]
+    );
+    let file = s.write("lazaret.1", &page);
+    let out = std::process::Command::new("man")
+        .args(["-P", "cat", "-l"])
+        .arg(&file)
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    let (rendered, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    for word in [
+        "NAME",
+        "SYNOPSIS",
+        "doctor",
+        "completions",
+        "--allow-degraded",
+    ] {
+        assert!(rendered.contains(word), "no `{word}` in:\n{rendered}");
+    }
+    let dir = s.mkdir("man1");
+    run(&s, &["man", "--dir", dir.to_str().unwrap()]);
+    for f in [
+        "lazaret.1",
+        "lazaret-doctor.1",
+        "lazaret-completions.1",
+        "lazaret-sandbox-up.1",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());
+    }
+}

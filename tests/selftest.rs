@@ -1,0 +1,324 @@
+//! The fail-closed self-test (issue 17): every sandbox start proves from
+//! inside that the sandbox is what Lazaret says it is, and `lazaret doctor
+//! --sandbox` does the same on demand. Each test breaks one protection for
+//! real and checks the start (or the doctor) refuses, naming the check.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+use common::{STANDARD_PATH, Scratch, Tmux, podman, text};
+
+fn doctor_sandbox(d: &Domain, profile: &str) -> (bool, String) {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["doctor", "--sandbox", profile])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    (out.status.success(), format!("{stdout}{stderr}"))
+}
+
+fn line<'a>(report: &'a str, mark: &str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.starts_with(mark) && l.contains(name))
+        .unwrap_or_else(|| panic!("no `{mark}` line for `{name}`:\n{report}"))
+}
+
+/// A folder holding a `runsc` that really runs runc (a broken or swapped
+/// gVisor install): podman is told runsc, the sandbox gets the host kernel.
+fn fake_runsc(s: &Scratch) -> String {
+    let bin = s.mkdir("fakebin");
+    let runsc = STANDARD_PATH
+        .split(':')
+        .map(|d| std::path::Path::new(d).join("runsc"))
+        .find(|p| p.exists())
+        .expect("runsc is installed")
+        .display()
+        .to_string();
+    s.write(
+        "fakebin/runsc",
+        &format!(
+            r#"#!/bin/sh
+case "$1" in flags|--version) exec {runsc} "$@";; esac
+for a in "$@"; do
+  shift
+  case "$a" in --ignore-cgroups|--network=*|--host-uds=*|--directfs=*|--fsgofer-host-uds) ;; *) set -- "$@" "$a";; esac
+done
+exec runc "$@"
+"#
+        ),
+    );
+    std::fs::set_permissions(
+        bin.join("runsc"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    format!("{}:{STANDARD_PATH}", bin.display())
+}
+
+/// gVisor: the start passes its self-test; `doctor --sandbox` shows every
+/// check; a rule removed from the sidecar's table behind Lazaret's back is
+/// caught. (The denied probe itself may still be refused: slirp4netns does
+/// not offer the host alias to a domain whose policy denies it.)
+#[test]
+fn gvisor_sandbox_passes_and_a_removed_rule_is_caught() {
+    let d = Domain::new("gv");
+    // Through the coordinator, so the Escalation Socket exists: the start
+    // itself runs the self-test, socket included.
+    let mut session = d
+        .cmd_raw(STANDARD_PATH, &["exec", "gv", "--", "sleep", "120"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !(podman(&["container", "exists", &d.sandbox()])
+        .status
+        .success()
+        && d.sh("pgrep -x sleep").0 == 0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the domain did not come up"
+        );
+        assert!(session.try_wait().unwrap().is_none(), "exec ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, report) = doctor_sandbox(&d, "gv");
+    assert!(ok, "{report}");
+    assert!(
+        line(&report, "ok", "escalation socket").contains("no certificate"),
+        "{report}"
+    );
+    assert!(
+        line(&report, "ok", "runtime").contains("gVisor"),
+        "{report}"
+    );
+    line(&report, "ok", "mask /workspace/.vscode");
+    line(&report, "ok", "read-only /run/lazaret");
+    line(&report, "ok", "denied 10.0.2.2:9");
+    line(&report, "ok", "policy table");
+    assert!(report.contains("self-test passed"), "{report}");
+
+    // Someone with the sidecar's capability rewrites its table: 10.0.2.2
+    // (the host's loopback alias) is now allowed, though the policy denies it.
+    let rogue = r#"{"default_allow":[{"net":"10.0.2.2/32"}]}"#;
+    let mut child = common::as_test_user(
+        std::path::Path::new("/usr/bin/podman"),
+        &common::user_home(),
+        STANDARD_PATH,
+        &[],
+    )
+    .args([
+        "exec",
+        "-i",
+        &d.sidecar(),
+        "/lazaret-sidecar",
+        "apply",
+        "--policy",
+        "-",
+    ])
+    .current_dir("/")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rogue.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "rogue apply: {}", text(&out).1);
+
+    let (ok, report) = doctor_sandbox(&d, "gv");
+    assert!(!ok, "{report}");
+    line(&report, "FAIL", "policy table");
+    assert!(report.contains("NOT as configured"), "{report}");
+
+    // A socket that talks to anyone, no certificate asked, in place of the
+    // Escalation Socket: the self-test refuses it.
+    let sock =
+        d.s.path()
+            .join("sockets")
+            .join(&d.hash)
+            .join("escalate.sock");
+    std::fs::remove_file(&sock).unwrap();
+    let mut rogue = common::as_test_user(
+        std::path::Path::new("/usr/bin/socat"),
+        &common::user_home(),
+        STANDARD_PATH,
+        &[],
+    )
+    .args([&format!("UNIX-LISTEN:{},fork", sock.display()), "EXEC:cat"])
+    .current_dir("/")
+    .spawn()
+    .unwrap();
+    let started = Instant::now();
+    while !sock.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no rogue socket"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, report) = doctor_sandbox(&d, "gv");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rogue.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = rogue.wait();
+    assert!(!ok, "{report}");
+    assert!(
+        line(&report, "FAIL", "escalation socket").contains("not the sandbox's own"),
+        "{report}"
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(session.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = session.wait();
+}
+
+/// runc (no gVisor, as the profile says): the runtime check expects the
+/// host kernel, and the same protections hold.
+#[test]
+fn runc_sandbox_passes_its_self_test() {
+    let d = Domain::new("rc");
+    d.up();
+    let (ok, report) = doctor_sandbox(&d, "rc");
+    assert!(ok, "{report}");
+    assert!(
+        line(&report, "ok", "runtime").contains("host kernel"),
+        "{report}"
+    );
+    line(&report, "ok", "mask /workspace/.vscode");
+    line(&report, "ok", "denied 10.0.2.2:9");
+}
+
+/// A mask removed from a running sandbox (podman refuses a second mount at
+/// a masked path, so no configuration can shadow one; a privileged exec,
+/// which the agent does not have, can unmount it): the self-test names it.
+#[test]
+fn a_missing_mask_is_reported() {
+    let d = Domain::new("rc");
+    d.up();
+    let out = podman(&[
+        "exec",
+        "--privileged",
+        &d.sandbox(),
+        "umount",
+        "/workspace/.vscode",
+    ]);
+    assert!(out.status.success(), "umount: {}", text(&out).1);
+    let (ok, report) = doctor_sandbox(&d, "rc");
+    assert!(!ok, "{report}");
+    assert!(
+        line(&report, "FAIL", "mask /workspace/.vscode").contains("is not masked"),
+        "{report}"
+    );
+    line(&report, "ok", "mask /workspace/.idea");
+}
+
+/// runsc swapped for something that is not gVisor: refused, naming the
+/// runtime; with --allow-degraded it starts, and the UI marks the sandbox
+/// degraded in its status line and tab.
+#[test]
+fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
+    let d = Domain::new("gv");
+    let path = fake_runsc(&d.s);
+    let out = d.cmd(&path, &["sandbox", "up"]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "started:\n{stdout}{stderr}");
+    assert!(
+        stderr.contains("runtime: expected gVisor, but the sandbox runs on the host kernel"),
+        "{stderr}"
+    );
+    assert_eq!(d.containers(), Vec::<String>::new(), "left running");
+
+    let config = d.s.path().join("config.toml");
+    let home = common::user_home().display().to_string();
+    let ui = |extra: &str| {
+        Tmux::start(
+            &d.ws(),
+            160,
+            30,
+            &[
+                ("LAZARET_USER_CONFIG", ""),
+                ("LAZARET_TEST_FWD", "x"),
+                ("PATH", &path),
+                ("HOME", &home),
+            ],
+            &format!(
+                "{} --config {} {extra} ui --profile gv",
+                common::lazaret_bin().display(),
+                config.display()
+            ),
+        )
+    };
+    // In the workbench, the refusal and its report are printed in the pane
+    // line by line (CR LF, no staircase), and the status line says FAILED.
+    {
+        let t = ui("");
+        let screen = t.wait_for(90, "the refusal", |s| s.contains("FAIL  runtime"));
+        let report_line = screen
+            .lines()
+            .find(|l| l.contains("FAIL  runtime"))
+            .unwrap();
+        assert!(
+            report_line.starts_with("│FAIL  runtime"),
+            "the report is not at the start of its line:\n{screen}"
+        );
+        assert!(
+            screen.lines().any(|l| l.starts_with("│ok    policy table")),
+            "{screen}"
+        );
+        let status = screen.lines().last().unwrap_or("");
+        assert!(status.contains("FAILED"), "status line: {status}\n{screen}");
+        assert!(!status.contains("starting"), "{status}");
+    }
+    let started = Instant::now();
+    while !d.containers().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "not torn down");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The override, in the workbench: starts, marked degraded.
+    let t = ui("--allow-degraded");
+    let screen = t.wait_for(90, "the degraded mark", |s| s.contains("DEGRADED"));
+    assert!(
+        screen.contains("self-test failed"),
+        "no reason on screen:\n{screen}"
+    );
+    assert!(
+        screen.contains("!DEGRADED"),
+        "no mark on the tab:\n{screen}"
+    );
+    let started = Instant::now();
+    while !podman(&["container", "exists", &d.sandbox()])
+        .status
+        .success()
+    {
+        assert!(started.elapsed() < Duration::from_secs(30), "no sandbox");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // `lazaret status` says so too.
+    let out = d.cmd_raw(STANDARD_PATH, &["status"]).output().unwrap();
+    let (status, _) = text(&out);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with(&d.hash) && l.contains("DEGRADED")),
+        "{status}"
+    );
+    // It really is the host kernel in there, as the mark says.
+    let (_, version, _) = d.sh("cat /proc/version");
+    assert!(!version.contains("4.4.0 #1 SMP Sun Jan 10"), "{version}");
+}
