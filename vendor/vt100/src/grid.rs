@@ -263,6 +263,11 @@ impl Grid {
     /// Ensures every visible row of scrollback is at least the width of the
     /// screen.
     fn grow_visible_scrollback(scrollback: &mut ScrollbackState, size: Size) {
+        if scrollback.offset == 0 {
+            // Only the live screen is visible (the common case while output
+            // scrolls).
+            return;
+        }
         let scrollback_len = scrollback.rows.len();
         scrollback
             .rows
@@ -692,7 +697,7 @@ impl Grid {
 
         // Number of to-be-removed rows.
         let num_removed = count.min(num_between);
-        let new_row = || crate::row::Row::new(self.size.cols());
+        let cols = self.size.cols();
 
         if let Some(scrollback) =
             self.scrollback.as_mut().filter(|_| scrollback_enabled)
@@ -704,28 +709,48 @@ impl Grid {
             let num_pushed = count.min(scrollback.capacity);
 
             // Scrollback length is capped at `scrollback.capacity`. These rows
-            // will be lost, so just remove them now to avoid allocating.
+            // will be lost: their storage is recycled for the rows pushed
+            // below, so that a full scrollback scrolls without allocating.
             let scrollback_overflow = (scrollback.rows.len() + num_pushed)
                 .saturating_sub(scrollback.capacity);
-            for row in scrollback.rows.drain(0..scrollback_overflow) {
+            // At most one evicted row per pushed row is recycled; any excess
+            // is dropped now (in order, before the recycled ones).
+            let num_dropped = scrollback_overflow.saturating_sub(num_pushed);
+            for row in scrollback.rows.drain(0..num_dropped) {
                 on_row(&row);
             }
+            let mut num_recycled = scrollback_overflow - num_dropped;
 
             // Number of rows that will simply be reset rather than pushed to
             // the scrollback.
             let num_reset = num_removed - num_pushed;
 
+            // Popping from the front while pushing to the back only ever
+            // takes old rows: `num_recycled <= scrollback.rows.len()`.
+            // `on_row` sees the evicted rows in the same order as if they
+            // had all been removed first, and before the reset rows below.
+            for row in &mut between[num_reset..num_removed] {
+                let evicted = if num_recycled > 0 {
+                    num_recycled -= 1;
+                    scrollback.rows.pop_front()
+                } else {
+                    None
+                };
+                let mut stored = evicted.map_or_else(
+                    || crate::row::Row::new(0),
+                    |evicted| {
+                        on_row(&evicted);
+                        evicted
+                    },
+                );
+                row.take_trimmed_into(&mut stored, cols);
+                scrollback.rows.push_back(stored);
+            }
+
             for row in &mut between[..num_reset] {
                 on_row(row);
                 row.reset();
             }
-
-            scrollback.rows.extend(
-                between[num_reset..num_removed].iter_mut().map(|row| {
-                    row.trim();
-                    core::mem::replace(row, new_row())
-                }),
-            );
 
             if scrollback.offset > 0 {
                 scrollback.offset = scrollback

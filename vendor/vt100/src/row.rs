@@ -151,16 +151,30 @@ impl Row {
         }
     }
 
-    /// Trims trailing blank cells from the row.
-    pub fn trim(&mut self) {
-        let excess = self
-            .cells
-            .iter()
-            .rev()
-            .take_while(|c| **c == crate::cell::Cell::DEFAULT)
-            .count();
-        self.cells.truncate(self.cells.len() - excess);
-        self.cells.shrink_to_fit();
+    /// Moves this row into `dest` the way scrolling it into the scrollback
+    /// needs: `dest` gets the cells without the trailing blank ones and the
+    /// wrapped flag, reusing its own allocation; this row is left blank,
+    /// `cols` cells wide, as a new row would be. No full-width row is
+    /// allocated or freed.
+    pub fn take_trimmed_into(&mut self, dest: &mut Self, cols: u16) {
+        let len = self.cells.len()
+            - self
+                .cells
+                .iter()
+                .rev()
+                .take_while(|c| **c == crate::cell::Cell::DEFAULT)
+                .count();
+        dest.cells.clear();
+        // Keep recycled storage within twice what the row needs, so that
+        // a scrollback of short lines stays small after long ones.
+        if dest.cells.capacity() > 2 * len.max(8) {
+            dest.cells.shrink_to(len);
+        }
+        dest.cells.extend_from_slice(&self.cells[..len]);
+        dest.wrapped = self.wrapped;
+        self.cells.clear();
+        self.cells.resize(usize::from(cols), crate::Cell::new());
+        self.wrapped = false;
     }
 
     pub fn wrap(&mut self, wrap: bool) {
