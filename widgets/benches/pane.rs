@@ -1,9 +1,12 @@
 //! Parse and render throughput of the terminal pane, each figure next to a
 //! baseline measured in the same run:
 //!
-//! - `seq 1 2000000` output through raw vt100 (the baseline), through
-//!   `PaneState::process`, and through process + render (every chunk, and
-//!   capped at one frame per 10 ms as the app does);
+//! - `seq 1 2000000` output through raw vt100 (the baseline: the patched
+//!   copy in vendor/vt100), through the unpatched crates.io release and
+//!   without scrollback (before/after the patch), through
+//!   `PaneState::process`, through the two-thread PTY feed from a pipe, and
+//!   through process + render (every chunk, and capped at one frame per
+//!   10 ms as the app does);
 //! - one 200x50 frame rendered into a ratatui buffer, against parsing the
 //!   bytes that paint that screen and against `Buffer::diff`.
 //!
@@ -12,7 +15,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use lazaret_widgets::pane::{PaneState, TerminalPane};
+use std::io::Write as _;
+use std::sync::{Arc, mpsc};
+
+use lazaret_widgets::pane::{FeedSink, PaneState, TerminalPane, spawn_feed};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
@@ -22,6 +28,17 @@ const COLS: u16 = 200;
 const SCROLLBACK: usize = 10_000;
 /// What a PTY reader thread typically gets per read.
 const CHUNK: usize = 64 * 1024;
+
+/// Tells the bench when the feed has parsed everything.
+struct Ended(mpsc::Sender<()>);
+
+impl FeedSink for Ended {
+    fn reply(&mut self, _: &[u8]) {}
+    fn output(&mut self) {}
+    fn ended(&mut self) {
+        let _ = self.0.send(());
+    }
+}
 
 fn seq_output() -> Vec<u8> {
     let mut out = Vec::with_capacity(16 << 20);
@@ -94,6 +111,42 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
         black_box(parser.screen().cursor_position());
         start.elapsed()
     };
+    let mut unpatched = || {
+        let mut parser = vt100_upstream::Parser::new(
+            rows.try_into().unwrap(),
+            cols.try_into().unwrap(),
+            SCROLLBACK,
+        );
+        let start = Instant::now();
+        for chunk in seq.chunks(CHUNK) {
+            parser.process(chunk);
+        }
+        black_box(parser.screen().cursor_position());
+        start.elapsed()
+    };
+    let mut no_scrollback = || {
+        let mut parser = vt100::Parser::new(rows.try_into().unwrap(), cols.try_into().unwrap(), 0);
+        let start = Instant::now();
+        for chunk in seq.chunks(CHUNK) {
+            parser.process(chunk);
+        }
+        black_box(parser.screen().cursor_position());
+        start.elapsed()
+    };
+    let mut fed = || {
+        let state = Arc::new(PaneState::new(rows, cols, SCROLLBACK));
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let start = Instant::now();
+        spawn_feed("bench", reader, state, Ended(tx)).unwrap();
+        // Small writes, as a PTY delivers them.
+        for chunk in seq.chunks(4096) {
+            writer.write_all(chunk).unwrap();
+        }
+        drop(writer);
+        rx.recv().unwrap();
+        start.elapsed()
+    };
     let mut pane = || {
         let state = PaneState::new(rows, cols, SCROLLBACK);
         let start = Instant::now();
@@ -130,8 +183,26 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
         render(&state, &mut buf);
         start.elapsed()
     };
-    let [raw, pane, every_chunk, capped] =
-        fastest(3, &mut [&mut raw, &mut pane, &mut every_chunk, &mut capped]);
+    let [
+        unpatched,
+        no_scrollback,
+        raw,
+        pane,
+        fed,
+        every_chunk,
+        capped,
+    ] = fastest(
+        3,
+        &mut [
+            &mut unpatched,
+            &mut no_scrollback,
+            &mut raw,
+            &mut pane,
+            &mut fed,
+            &mut every_chunk,
+            &mut capped,
+        ],
+    );
     let report = |what: &str, t: Duration, extra: String| {
         println!(
             "  {what:<36}{:>7.1} ms {:>6.1} MB/s  {:.2}x baseline{extra}",
@@ -140,8 +211,15 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
             t.as_secs_f64() / raw.as_secs_f64()
         );
     };
+    report(
+        "unpatched vt100 0.18.1 (crates.io)",
+        unpatched,
+        String::new(),
+    );
+    report("vt100 without scrollback", no_scrollback, String::new());
     report("baseline: raw vt100 parse", raw, String::new());
     report("PaneState::process", pane, String::new());
+    report("spawn_feed from a pipe (4 KiB writes)", fed, String::new());
     let chunks = size.div_ceil(CHUNK);
     report(
         "process + render every chunk",
