@@ -32,6 +32,14 @@ impl PartialEq<Self> for Cell {
 impl Cell {
     pub(crate) const DEFAULT: Self = Self::new();
 
+    /// Whether this cell equals [`Self::DEFAULT`] (no contents, no flags,
+    /// default attributes); much cheaper than `==`, which compares the
+    /// contents bytes too. Trimming rows scrolled into the scrollback calls
+    /// this for every trailing cell.
+    pub(crate) fn is_default(&self) -> bool {
+        self.len == 0 && self.attrs == crate::attrs::Attrs::new()
+    }
+
     pub(crate) const fn new() -> Self {
         Self {
             contents: [0; CONTENT_BYTES],

@@ -162,7 +162,7 @@ impl Row {
                 .cells
                 .iter()
                 .rev()
-                .take_while(|c| **c == crate::cell::Cell::DEFAULT)
+                .take_while(|c| c.is_default())
                 .count();
         dest.cells.clear();
         // Keep recycled storage within twice what the row needs, so that
