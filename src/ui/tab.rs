@@ -3,14 +3,14 @@
 //! PTY whose output a reader thread parses into the pane.
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use lazaret_widgets::modal::{ApprovalRequest, ApprovalView, CommandEditor};
-use lazaret_widgets::pane::PaneState;
+use lazaret_widgets::pane::{FeedSink, PaneState, spawn_feed};
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -81,6 +81,35 @@ impl Pty {
 impl Drop for Pty {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+/// Where a tab's PTY feed reports: replies go back to the shell, the UI is
+/// woken at most once per frame however many batches were parsed.
+struct PaneSink {
+    id: u64,
+    woke: Arc<AtomicBool>,
+    replies: Arc<Mutex<Box<dyn Write + Send>>>,
+    tx: std::sync::mpsc::Sender<Ev>,
+}
+
+impl FeedSink for PaneSink {
+    fn reply(&mut self, bytes: &[u8]) {
+        if let Ok(mut w) = self.replies.lock() {
+            let _ = w.write_all(bytes);
+            let _ = w.flush();
+        }
+    }
+
+    fn output(&mut self) {
+        // One wake-up in flight at most; the UI clears `woke` when it takes it.
+        if !self.woke.swap(true, Ordering::AcqRel) {
+            let _ = self.tx.send(Ev::Output(self.id));
+        }
+    }
+
+    fn ended(&mut self) {
+        let _ = self.tx.send(Ev::Exited(self.id));
     }
 }
 
@@ -252,7 +281,8 @@ impl Tab {
             .map_err(|e| anyhow::anyhow!("cannot run podman exec: {e}"))?;
         // The slave must go, so that the reader sees the end of the shell.
         drop(pair.slave);
-        let mut reader = pair
+        let id = self.id;
+        let reader = pair
             .master
             .try_clone_reader()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -261,34 +291,13 @@ impl Tab {
                 .take_writer()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         ));
-        let state = self.state.clone();
-        let woke = self.woke.clone();
-        let replies = writer.clone();
-        let id = self.id;
-        std::thread::Builder::new()
-            .name(format!("pty-{id}"))
-            .spawn(move || {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match reader.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            let answer = state.process(&buf[..n]);
-                            if !answer.is_empty()
-                                && let Ok(mut w) = replies.lock()
-                            {
-                                let _ = w.write_all(&answer);
-                                let _ = w.flush();
-                            }
-                            // One wake-up in flight at most, never one per chunk.
-                            if !woke.swap(true, Ordering::AcqRel) {
-                                let _ = tx.send(Ev::Output(id));
-                            }
-                        }
-                    }
-                }
-                let _ = tx.send(Ev::Exited(id));
-            })
+        let sink = PaneSink {
+            id,
+            woke: self.woke.clone(),
+            replies: writer.clone(),
+            tx,
+        };
+        spawn_feed(&format!("pty-{id}"), reader, self.state.clone(), sink)
             .context("cannot start the PTY reader")?;
         self.pty = Some(Pty {
             master: pair.master,

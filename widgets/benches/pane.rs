@@ -1,9 +1,12 @@
 //! Parse and render throughput of the terminal pane, each figure next to a
 //! baseline measured in the same run:
 //!
-//! - `seq 1 2000000` output through raw vt100 (the baseline), through
-//!   `PaneState::process`, and through process + render (every chunk, and
-//!   capped at one frame per 10 ms as the app does);
+//! - `seq 1 2000000` output through raw vt100 (the baseline: the patched
+//!   copy in vendor/vt100), through the unpatched crates.io release and
+//!   without scrollback (before/after the patch), through
+//!   `PaneState::process`, through the two-thread PTY feed from a pipe, and
+//!   through process + render (every chunk, and capped at one frame per
+//!   10 ms as the app does);
 //! - one 200x50 frame rendered into a ratatui buffer, against parsing the
 //!   bytes that paint that screen and against `Buffer::diff`.
 //!
@@ -12,7 +15,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use lazaret_widgets::pane::{PaneState, TerminalPane};
+use nix::sys::resource::{UsageWho, getrusage};
+
+use std::io::Write as _;
+use std::sync::{Arc, mpsc};
+
+use lazaret_widgets::pane::{FeedSink, PaneState, TerminalPane, spawn_feed};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
@@ -22,6 +30,17 @@ const COLS: u16 = 200;
 const SCROLLBACK: usize = 10_000;
 /// What a PTY reader thread typically gets per read.
 const CHUNK: usize = 64 * 1024;
+
+/// Tells the bench when the feed has parsed everything.
+struct Ended(mpsc::Sender<()>);
+
+impl FeedSink for Ended {
+    fn reply(&mut self, _: &[u8]) {}
+    fn output(&mut self) {}
+    fn ended(&mut self) {
+        let _ = self.0.send(());
+    }
+}
 
 fn seq_output() -> Vec<u8> {
     let mut out = Vec::with_capacity(16 << 20);
@@ -47,6 +66,25 @@ fn colourful_screen() -> Vec<u8> {
         out.truncate(out.len() - 2);
     }
     out
+}
+
+/// CPU time the whole process (every thread) has used. The seq figures are
+/// CPU time, not wall time: on a shared machine, wall time mostly counts
+/// waiting for a core.
+struct Cpu(Duration);
+
+impl Cpu {
+    fn now() -> Self {
+        let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+        let micros = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+        };
+        Cpu(micros(usage.user_time()) + micros(usage.system_time()))
+    }
+
+    fn elapsed(&self) -> Duration {
+        Self::now().0.saturating_sub(self.0)
+    }
 }
 
 fn mb_per_s(bytes: usize, elapsed: Duration) -> f64 {
@@ -77,7 +115,7 @@ fn fastest<const N: usize>(
 fn seq_through(seq: &[u8], rows: u16, cols: u16) {
     let size = seq.len();
     println!(
-        "seq 1 2000000 at {rows}x{cols}: {:.1} MB in {CHUNK}-byte chunks, {SCROLLBACK} rows of scrollback",
+        "seq 1 2000000 at {rows}x{cols}: {:.1} MB in {CHUNK}-byte chunks, {SCROLLBACK} rows of scrollback; CPU time, fastest of 3",
         size as f64 / 1e6
     );
     let area = Rect::new(0, 0, cols, rows);
@@ -87,16 +125,52 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
             cols.try_into().unwrap(),
             SCROLLBACK,
         );
-        let start = Instant::now();
+        let start = Cpu::now();
         for chunk in seq.chunks(CHUNK) {
             parser.process(chunk);
         }
         black_box(parser.screen().cursor_position());
         start.elapsed()
     };
+    let mut unpatched = || {
+        let mut parser = vt100_upstream::Parser::new(
+            rows.try_into().unwrap(),
+            cols.try_into().unwrap(),
+            SCROLLBACK,
+        );
+        let start = Cpu::now();
+        for chunk in seq.chunks(CHUNK) {
+            parser.process(chunk);
+        }
+        black_box(parser.screen().cursor_position());
+        start.elapsed()
+    };
+    let mut no_scrollback = || {
+        let mut parser = vt100::Parser::new(rows.try_into().unwrap(), cols.try_into().unwrap(), 0);
+        let start = Cpu::now();
+        for chunk in seq.chunks(CHUNK) {
+            parser.process(chunk);
+        }
+        black_box(parser.screen().cursor_position());
+        start.elapsed()
+    };
+    let mut fed = || {
+        let state = Arc::new(PaneState::new(rows, cols, SCROLLBACK));
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let start = Cpu::now();
+        spawn_feed("bench", reader, state, Ended(tx)).unwrap();
+        // Small writes, as a PTY delivers them.
+        for chunk in seq.chunks(4096) {
+            writer.write_all(chunk).unwrap();
+        }
+        drop(writer);
+        rx.recv().unwrap();
+        start.elapsed()
+    };
     let mut pane = || {
         let state = PaneState::new(rows, cols, SCROLLBACK);
-        let start = Instant::now();
+        let start = Cpu::now();
         for chunk in seq.chunks(CHUNK) {
             black_box(state.process(chunk));
         }
@@ -105,7 +179,7 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
     let mut every_chunk = || {
         let state = PaneState::new(rows, cols, SCROLLBACK);
         let mut buf = Buffer::empty(area);
-        let start = Instant::now();
+        let start = Cpu::now();
         for chunk in seq.chunks(CHUNK) {
             state.process(chunk);
             render(&state, &mut buf);
@@ -118,7 +192,7 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
         let mut buf = Buffer::empty(area);
         let mut last = Instant::now();
         capped_frames = 0;
-        let start = Instant::now();
+        let start = Cpu::now();
         for chunk in seq.chunks(CHUNK) {
             state.process(chunk);
             if last.elapsed() >= Duration::from_millis(10) && state.take_dirty() {
@@ -130,8 +204,26 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
         render(&state, &mut buf);
         start.elapsed()
     };
-    let [raw, pane, every_chunk, capped] =
-        fastest(3, &mut [&mut raw, &mut pane, &mut every_chunk, &mut capped]);
+    let [
+        unpatched,
+        no_scrollback,
+        raw,
+        pane,
+        fed,
+        every_chunk,
+        capped,
+    ] = fastest(
+        3,
+        &mut [
+            &mut unpatched,
+            &mut no_scrollback,
+            &mut raw,
+            &mut pane,
+            &mut fed,
+            &mut every_chunk,
+            &mut capped,
+        ],
+    );
     let report = |what: &str, t: Duration, extra: String| {
         println!(
             "  {what:<36}{:>7.1} ms {:>6.1} MB/s  {:.2}x baseline{extra}",
@@ -140,8 +232,15 @@ fn seq_through(seq: &[u8], rows: u16, cols: u16) {
             t.as_secs_f64() / raw.as_secs_f64()
         );
     };
+    report(
+        "unpatched vt100 0.18.1 (crates.io)",
+        unpatched,
+        String::new(),
+    );
+    report("vt100 without scrollback", no_scrollback, String::new());
     report("baseline: raw vt100 parse", raw, String::new());
     report("PaneState::process", pane, String::new());
+    report("spawn_feed from a pipe (4 KiB writes)", fed, String::new());
     let chunks = size.div_ceil(CHUNK);
     report(
         "process + render every chunk",

@@ -4,11 +4,13 @@
 //! The app renders a pane with [`PaneState::with_screen`] and
 //! [`TerminalPane`], and calls `frame.set_cursor_position` with
 //! [`TerminalPane::cursor`] only for the focused pane (and never while a
-//! modal owns the keyboard).
+//! modal owns the keyboard). [`spawn_feed`] feeds a pane from its PTY.
 
+mod feed;
 mod replies;
 mod state;
 
+pub use feed::{BATCH, FeedSink, spawn_feed};
 pub use state::PaneState;
 
 use std::borrow::Cow;
