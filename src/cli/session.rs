@@ -6,6 +6,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lazaret_widgets::visible::visible;
 
 use crate::config::{Config, HostVars, ResolvedProfile};
 use crate::coordinator::client::{self, ClientError, DomainContext, Hello};
@@ -356,7 +357,7 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             runtime,
             d.sessions.len(),
             uptime(d.uptime),
-            d.workspace
+            visible(&d.workspace)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -478,7 +479,14 @@ pub fn audit(
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else if !verify {
         for r in &records {
-            println!("{:>5}  {}  {:<20} {}", r.seq, r.time, r.kind, r.data);
+            // Records hold the agent's argv, cwd and reasons: escaped.
+            println!(
+                "{:>5}  {}  {:<20} {}",
+                r.seq,
+                r.time,
+                visible(&r.kind),
+                visible(&r.data.to_string())
+            );
         }
     }
     match verification {
