@@ -7,7 +7,10 @@ use lazaret_widgets::visible::visible;
 use nix::sys::stat::SFlag;
 
 use super::tree::{self, Snapshot, Trap, in_git_dir};
-use super::{GitError, SNAPSHOT_FILE, WORKSPACE_CONFIG, WorkspaceLayout, host_git, nofollow, run};
+use super::{
+    GitError, MOUNTPOINTS_FILE, SNAPSHOT_FILE, WORKSPACE_CONFIG, WorkspaceLayout, host_git,
+    nofollow, run,
+};
 use crate::config::WorkspaceMode;
 use crate::engine::mounts::MASKED;
 
@@ -311,8 +314,29 @@ fn direct_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitErro
             Snapshot::default()
         }
     };
+    // Lazaret's own mount points (empty while they are unused) are no
+    // change of the agent's.
+    let points: Vec<PathBuf> = std::fs::read_to_string(layout.domain_root.join(MOUNTPOINTS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| Path::new(l).strip_prefix(&layout.host).ok())
+        .map(Path::to_path_buf)
+        .collect();
+    let empty_point = |p: &Path| {
+        points.iter().any(|m| m == p)
+            && std::fs::symlink_metadata(layout.host.join(p)).is_ok_and(|m| {
+                if m.is_dir() {
+                    !now.0.keys().any(|k| k.parent() == Some(p))
+                } else {
+                    m.is_file() && m.len() == 0
+                }
+            })
+    };
     let mut git_dirs: Vec<PathBuf> = Vec::new();
     for p in base.changed_since(&now) {
+        if empty_point(&p) {
+            continue;
+        }
         if let Some(g) = in_git_dir(&p)
             && !(host_repo && g == Path::new(".git"))
             && !git_dirs.contains(&g)
@@ -325,6 +349,17 @@ fn direct_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitErro
             continue;
         };
         let kind = st.kind();
+        // A bare repository (no `.git` in its name): git obeys it for
+        // anyone whose shell enters that folder.
+        if p.file_name() == Some(std::ffi::OsStr::new("HEAD"))
+            && let Some(dir) = p.parent()
+            && now.0.contains_key(&dir.join("objects"))
+            && now.0.contains_key(&dir.join("refs"))
+            && in_git_dir(dir).is_none()
+            && !git_dirs.contains(&dir.to_path_buf())
+        {
+            git_dirs.push(dir.to_path_buf());
+        }
         if kind == SFlag::S_IFLNK {
             let target = read_link(&layout.host, &p).unwrap_or_default();
             if leaves(&shown, &target) {
