@@ -38,6 +38,17 @@ fn refused(d: &Domain, script: &str, expected: &str) {
     );
 }
 
+/// `script` as a session runs it: through the escalation client's
+/// seccomp (`lazaret_escalate::confine`).
+fn confined(script: &str) -> String {
+    format!(
+        "{} {} -- sh -c {}",
+        lazaret_escalate::BINARY_PATH,
+        lazaret_escalate::confine::FLAG,
+        common::shell_quote(script)
+    )
+}
+
 /// Files under `root` (as the user's podman namespace sees them) with a
 /// set-user-ID or set-group-ID bit, or that are devices other than
 /// overlay whiteouts.
@@ -99,24 +110,28 @@ fn plain_folder(profile: &'static str, runtime: &str) {
          && mkdir -p src/lib && echo 'gitdir: ../../evil.git' > src/lib/.git"
     ));
     assert_eq!(code, 0, "{err}");
-    // 8. Set-user-ID bits and devices. runc applies the seccomp profile to
-    // every process; runsc only to the container's first process tree, not
-    // to `podman exec` (measured), so there the host strips them later.
-    let prevented = runtime == "runc";
+    // 8. Set-user-ID bits and devices. Sessions run through the escalation
+    // client's seccomp (what `lazaret shell`/`exec` prefix every command
+    // with): refused under both runtimes. runc also filters a bare
+    // `podman exec` (the container's profile); runsc does not (measured),
+    // so there the bits land and the host must strip them.
+    let bare_refused = runtime == "runc";
     for script in [
         "cd /workspace && cp /bin/true suid && chmod 4755 suid",
         "cd /workspace && chmod g+s src",
         "perl -MFcntl -e 'sysopen(F, \"/workspace/o\", O_CREAT|O_WRONLY, 04755) or die \"$!\\n\"'",
         "cp /bin/true /usr/local/bin/t && chmod 4755 /usr/local/bin/t",
+        "mknod /workspace/null c 1 3",
     ] {
-        if prevented {
+        refused(&d, &confined(script), "not permitted");
+        if bare_refused {
             refused(&d, script, "not permitted");
-        } else {
+        } else if !script.starts_with("mknod") {
             let (code, _, err) = d.sh(script);
             assert_eq!(code, 0, "{script}: {err}");
         }
     }
-    refused(&d, "mknod /workspace/null c 1 3", "not permitted");
+    let prevented = bare_refused;
     // ... and a copy-up of an image's set-user-ID file keeps its bit in the
     // persistent layer until the host strips it.
     let (code, _, err) = d.sh("touch /usr/bin/su");

@@ -18,6 +18,7 @@
 
 pub mod classify;
 pub mod client;
+pub mod confine;
 mod hex;
 pub mod protocol;
 pub mod server;

@@ -120,6 +120,12 @@ impl SessionAnchor {
             args.push(format!("TERM={term}"));
         }
         args.push(sandbox.to_string());
+        // Every session process under Lazaret's seccomp rules: runsc
+        // applies the container's profile to its first process only
+        // (decisions.md D8, `lazaret_escalate::confine`).
+        args.push(lazaret_escalate::BINARY_PATH.into());
+        args.push(lazaret_escalate::confine::FLAG.into());
+        args.push("--".into());
         args.extend(argv.iter().cloned());
         Ok(args)
     }
