@@ -347,6 +347,24 @@ fn foreign_objects(profile: &'static str) {
     git(&ws, &["commit", "-qm", "init"]);
     d.up();
     let branch = format!("lazaret/agent-{profile}");
+    // 2. A configuration for the next start, committed on the agent's
+    // branch: review names it once the branch reached the host.
+    let (code, _, err) = d.sh(
+        "cd /workspace && git config user.email a@x && git config user.name a \
+         && printf '[profiles.x]\\nruntime = \"runc\"\\n' > lazaret.toml && git add lazaret.toml \
+         && git -c core.hooksPath=/dev/null commit -qm cfg",
+    );
+    assert_eq!(code, 0, "{err}");
+    let out = d.lazaret(&["sandbox", "sync"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let out = d.lazaret(&["review"]);
+    let rout = text(&out).0;
+    assert_eq!(out.status.code(), Some(3), "{rout}");
+    assert!(
+        rout.contains("Lazaret configuration (its next start): lazaret.toml"),
+        "{rout}"
+    );
+    assert!(!ws.join("lazaret.toml").exists());
     let objects = secret.join(".git/objects").display().to_string();
     let attacks = [
         // Alternates pointing at the other repository.

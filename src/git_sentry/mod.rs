@@ -139,7 +139,8 @@ pub fn run(mut cmd: Command) -> Result<String, GitError> {
             .collect();
         Err(GitError::Failed {
             args: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            // Git repeats names from the agent's tree and refs.
+            stderr: lazaret_widgets::visible::visible(String::from_utf8_lossy(&out.stderr).trim()),
         })
     }
 }

@@ -136,7 +136,8 @@ fn check_oid(s: &str) -> Result<String, GitError> {
     {
         Ok(s.to_string())
     } else {
-        Err(GitError::BadRef(s.chars().take(80).collect()))
+        let shown: String = s.chars().take(80).collect();
+        Err(GitError::BadRef(lazaret_widgets::visible::visible(&shown)))
     }
 }
 
