@@ -388,7 +388,7 @@ fn direct_mode(profile: &'static str) {
     );
     for needle in [
         "symlink leaving the workspace: leak -> /etc/passwd",
-        "nested repository: vendor/x/.git",
+        "git repository or gitfile made or changed by the agent (host git obeys it): vendor/x/.git",
         "executed by host tools: Makefile",
     ] {
         assert!(rout.contains(needle), "review lacks `{needle}`:\n{rout}");

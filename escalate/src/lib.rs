@@ -19,6 +19,7 @@
 
 pub mod classify;
 pub mod client;
+pub mod confine;
 mod hex;
 pub mod protocol;
 pub mod selftest;

@@ -99,7 +99,39 @@ fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// `--confined-exec -- COMMAND ARGS...`: seccomp on, then COMMAND.
+fn confined_exec(rest: &[std::ffi::OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let argv = match rest {
+        [dd, argv @ ..] if dd == "--" && !argv.is_empty() => argv,
+        _ => return fail(exit::USAGE, "usage: --confined-exec -- COMMAND [ARGS...]"),
+    };
+    if let Err(e) = lazaret_escalate::confine::install() {
+        return fail(
+            exit::USAGE,
+            format_args!("cannot install the seccomp filter: {e}"),
+        );
+    }
+    let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+    // As a shell says it: 127 when the command is missing, else 126.
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    fail(code, format_args!("{}: {e}", argv[0].to_string_lossy()))
+}
+
 fn main() -> ExitCode {
+    // Lazaret starts every session through this (see `confine`); the
+    // command's arguments need not be UTF-8.
+    let os: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if os
+        .first()
+        .is_some_and(|a| a == lazaret_escalate::confine::FLAG)
+    {
+        return confined_exec(&os[1..]);
+    }
     let mut raw = Vec::new();
     for a in std::env::args_os().skip(1) {
         match a.into_string() {

@@ -937,6 +937,7 @@ fn sandbox_sync(
     watch: bool,
 ) -> Result<ExitCode> {
     let layout = layout_of(explicit, env, d)?;
+    use lazaret_widgets::visible::visible;
     let Some(propagator) = Propagator::for_layout(&layout) else {
         bail!(
             "{} is not a git repository: there is no agent branch to copy",
@@ -944,9 +945,12 @@ fn sandbox_sync(
         );
     };
     let print = |r: Result<Option<String>, crate::git_sentry::GitError>| match r {
-        Ok(Some(oid)) => println!("{} -> {oid}", propagator.branch),
-        Ok(None) => println!("the agent has no branch {} yet", propagator.branch),
-        Err(e) => eprintln!("lazaret: sync failed: {e}"),
+        Ok(Some(oid)) => println!("{} -> {oid}", visible(&propagator.branch)),
+        Ok(None) => println!(
+            "the agent has no branch {} yet",
+            visible(&propagator.branch)
+        ),
+        Err(e) => eprintln!("lazaret: sync failed: {}", visible(&e.to_string())),
     };
     if !watch {
         let r = propagator.sync()?;
@@ -979,26 +983,37 @@ fn stop_on_signal() -> Result<std::sync::mpsc::Receiver<()>> {
 }
 
 fn review(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Result<ExitCode> {
+    use lazaret_widgets::visible::visible;
     let layout = layout_of(explicit, env, d)?;
     let r = crate::git_sentry::review::review(&layout)?;
     println!(
         "workspace {} ({} mode), agent branch {}",
-        layout.host.display(),
+        visible(&layout.host.to_string_lossy()),
         layout.mode.as_str(),
-        layout.branch
+        visible(&layout.branch)
     );
+    for n in &r.notes {
+        println!("note: {n}");
+    }
     println!("{} changed path(s)", r.changed.len());
     if r.findings.is_empty() {
         println!("nothing that host tools would execute, and no filesystem traps");
     } else {
         println!("look at these before you run anything in this workspace:");
+        // Each finding escapes the agent's names itself (Finding's Display).
         for f in &r.findings {
             println!("  ! {f}");
         }
     }
     for h in &r.hints {
-        println!("  $ {h}");
+        println!("  $ {}", visible(h));
     }
+    // Last, after only escaped output: nothing printed before can hide it.
+    println!(
+        "review: {} finding(s), {} changed path(s)",
+        r.findings.len(),
+        r.changed.len()
+    );
     Ok(if r.findings.is_empty() {
         ExitCode::SUCCESS
     } else {

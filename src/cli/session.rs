@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use lazaret_widgets::visible::visible;
 
 use crate::config::{Config, HostVars, ResolvedProfile};
 use crate::coordinator::client::{self, ClientError, DomainContext, Hello};
@@ -137,6 +138,12 @@ impl SessionAnchor {
             args.push(format!("TERM={term}"));
         }
         args.push(sandbox.to_string());
+        // Every session process under Lazaret's seccomp rules: runsc
+        // applies the container's profile to its first process only
+        // (decisions.md D8, `lazaret_escalate::confine`).
+        args.push(lazaret_escalate::BINARY_PATH.into());
+        args.push(lazaret_escalate::confine::FLAG.into());
+        args.push("--".into());
         args.extend(argv.iter().cloned());
         Ok(ExecSpec { args, env })
     }
@@ -549,7 +556,7 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             runtime,
             d.sessions.len(),
             uptime(d.uptime),
-            d.workspace
+            visible(&d.workspace)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -782,7 +789,14 @@ pub fn audit(
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else if !verify {
         for r in &records {
-            println!("{:>5}  {}  {:<20} {}", r.seq, r.time, r.kind, r.data);
+            // Records hold the agent's argv, cwd and reasons: escaped.
+            println!(
+                "{:>5}  {}  {:<20} {}",
+                r.seq,
+                r.time,
+                visible(&r.kind),
+                visible(&r.data.to_string())
+            );
         }
     }
     match verification {

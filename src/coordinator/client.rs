@@ -107,7 +107,12 @@ async fn try_connect(socket: &Path) -> Option<UnixStream> {
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(12)..].join("\n")
+    // The log holds text the agent influenced: escaped for the terminal.
+    lines[lines.len().saturating_sub(12)..]
+        .iter()
+        .map(|l| lazaret_widgets::visible::visible(l))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {

@@ -11,6 +11,7 @@
 pub mod images;
 pub mod mounts;
 pub mod podman;
+pub mod seccomp;
 pub mod selftest;
 pub mod state_anchor;
 pub mod teardown;
@@ -48,6 +49,8 @@ pub enum EngineError {
     Wrapper(#[from] wrapper::WrapperError),
     #[error(transparent)]
     StateAnchor(#[from] state_anchor::StateAnchorError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
     #[error("cannot prepare {path}: {error}")]
     Io {
         path: PathBuf,
@@ -515,6 +518,12 @@ impl Engine {
             }
             table.push(mounts::volume(v));
         }
+        // Mount points the sandbox creates in the host folder, removed
+        // again at teardown (no empty masked folder is left behind).
+        let domain_root = self.domain_root(anchor);
+        record_mountpoints(&domain_root, &layout.new_mountpoints(&table))?;
+        let seccomp = domain_root.join("seccomp.json");
+        std::fs::write(&seccomp, seccomp::profile()?).map_err(io_err(&seccomp))?;
         let mut args: Vec<String> = vec![
             "run".into(),
             "--detach".into(),
@@ -522,6 +531,8 @@ impl Engine {
             anchor.sandbox_name(),
             "--runtime".into(),
             runtime_path.into(),
+            "--security-opt".into(),
+            format!("seccomp={}", seccomp.display()),
             "--network".into(),
             format!("container:{}", anchor.sidecar_name()),
             "--security-opt".into(),
@@ -608,6 +619,12 @@ impl Engine {
             .containers_with_label(LABEL_DOMAIN, anchor.hash())
             .map_err(|e| e.to_string());
         let mut left = self.leftovers(anchor, &footprint, &remaining, unmounted.is_err());
+        // With no container left, nothing can race these.
+        if left.is_empty()
+            && let Err(e) = self.clean_host(anchor, &self.domain_root(anchor))
+        {
+            left.push(e);
+        }
         if left.is_empty()
             && let Some(ws) = &footprint.direct
             && let Err(e) = self.reclaim(ws)
@@ -667,6 +684,95 @@ impl Engine {
             }
         }
     }
+}
+
+impl Engine {
+    /// After the containers are gone: set-user-ID bits and device nodes the
+    /// domain left are removed (through the user's podman namespace for
+    /// files owned by a subordinate id), and the mount points the sandbox
+    /// created in the host folder are removed when empty and no other
+    /// domain on the same folder still runs.
+    fn clean_host(&self, anchor: &DomainAnchor, root: &Path) -> Result<(), String> {
+        let mut left = Vec::new();
+        for t in crate::git_sentry::tree::sanitize_domain(root, anchor.workspace()) {
+            if t.fixed() {
+                continue;
+            }
+            let p = t.path().to_string_lossy().into_owned();
+            let fix = match t {
+                crate::git_sentry::tree::Trap::Setuid { .. } => {
+                    self.podman.run(["unshare", "chmod", "ug-s", "--", &p])
+                }
+                crate::git_sentry::tree::Trap::Device { .. } => {
+                    self.podman.run(["unshare", "rm", "-f", "--", &p])
+                }
+            };
+            if fix.is_err() {
+                left.push(p);
+            }
+        }
+        let others = self
+            .podman
+            .containers_with_label(LABEL_WORKSPACE, &anchor.workspace().display().to_string())
+            .unwrap_or_default();
+        if others.is_empty() {
+            remove_mountpoints(root);
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "could not remove set-user-ID bits or device nodes from: {}",
+                left.join(", ")
+            ))
+        }
+    }
+}
+
+/// Adds `points` to the Domain Root's list of created mount points.
+fn record_mountpoints(root: &Path, points: &[PathBuf]) -> Result<(), EngineError> {
+    let file = root.join(crate::git_sentry::MOUNTPOINTS_FILE);
+    let mut text = std::fs::read_to_string(&file).unwrap_or_default();
+    for p in points {
+        let line = p.to_string_lossy();
+        if !line.contains('\n') && !text.lines().any(|l| l == line) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    std::fs::write(&file, text).map_err(io_err(&file))
+}
+
+/// Removes the recorded mount points that are an empty folder or an empty
+/// file (anything else is the user's or the agent's now: kept, and
+/// `lazaret review` reports what the agent made).
+fn remove_mountpoints(root: &Path) {
+    let file = root.join(crate::git_sentry::MOUNTPOINTS_FILE);
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return;
+    };
+    let mut kept = String::new();
+    // Deepest first: a folder empties when its mount points are gone.
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_by_key(|l| std::cmp::Reverse(l.len()));
+    for line in lines {
+        let p = Path::new(line);
+        let removed = match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(p).is_ok(),
+            Ok(m) if m.is_file() && m.len() == 0 => std::fs::remove_file(p).is_ok(),
+            Ok(_) => false,
+            Err(_) => true,
+        };
+        if !removed {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    let _ = if kept.is_empty() {
+        std::fs::remove_file(&file)
+    } else {
+        std::fs::write(&file, kept)
+    };
 }
 
 /// In-sandbox paths, shared with the escalation client.

@@ -105,14 +105,24 @@ pub fn volume(v: &ResolvedVolume) -> Mount {
     }
 }
 
-/// tmpfs masks for the workspace at `host`. `.git/hooks` is masked only
-/// where it exists: inside a read-only `.git` no mountpoint can be created.
+/// Masks for the workspace at `host`: a folder the project has is mounted
+/// read-only over itself (the agent may read the project's own settings,
+/// never write them); a missing one is a tmpfs, so nothing written there
+/// reaches the host. `.git/hooks` is masked only where it exists: inside a
+/// read-only `.git` no mountpoint can be created.
 pub fn masks(host: &Path) -> Vec<Mount> {
     MASKED
         .iter()
         .filter(|m| !m.starts_with(".git/") || host.join(m).is_dir())
-        .map(|m| Mount::Tmpfs {
-            container: Path::new(WORKSPACE).join(m),
+        .map(|m| {
+            let container = Path::new(WORKSPACE).join(m);
+            let source = host.join(m);
+            let real_dir = std::fs::symlink_metadata(&source).is_ok_and(|md| md.is_dir());
+            if real_dir && !m.starts_with(".git/") {
+                Mount::bind(source, container, true)
+            } else {
+                Mount::Tmpfs { container }
+            }
         })
         .collect()
 }

@@ -47,6 +47,11 @@ fn runsc_flags(help: &str) -> Result<Vec<&'static str>, WrapperError> {
     if has("-directfs") {
         flags.push("--directfs=false");
     }
+    // gVisor applies the OCI seccomp profile (refusing set-user-ID bits
+    // and device nodes, decisions.md D8) only when asked.
+    if has("-oci-seccomp") {
+        flags.push("--oci-seccomp");
+    }
     Ok(flags)
 }
 

@@ -12,8 +12,10 @@
 //! `/run/lazaret/upstream.git` to fetch from), and [`sync`] copies the one
 //! agent branch into the host repository.
 
+pub mod nofollow;
 pub mod review;
 pub mod sync;
+pub mod tree;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,6 +27,24 @@ use crate::engine::mounts::{self, Mount, WORKSPACE};
 pub const UPSTREAM_IN_SANDBOX: &str = "/run/lazaret/upstream.git";
 /// The agent's git directory in direct mode.
 pub const AGENT_GITDIR_IN_SANDBOX: &str = "/run/lazaret/agent.git";
+
+/// Files under the Domain Root that remember the workspace as it was when
+/// the domain first started (decisions.md D8).
+/// `plain` or `git`: what the folder was at the first start. A `.git` that
+/// appears later (the agent's, or a leftover mount point) never makes a
+/// plain folder the host's repository.
+pub const KIND_FILE: &str = "workspace.kind";
+/// Direct mode: the workspace's metadata at the first start ([`tree`]).
+pub const SNAPSHOT_FILE: &str = "workspace.snapshot";
+/// Mount points the sandbox created in the host folder (removed at teardown).
+pub const MOUNTPOINTS_FILE: &str = "mountpoints";
+/// An empty folder and file mounted read-only over paths the agent must not
+/// create (`/workspace/.git` of a plain folder, `/workspace/lazaret.toml`).
+const EMPTY_DIR: &str = "empty.d";
+const EMPTY_FILE: &str = "empty.toml";
+/// The workspace configuration file the sandbox must not write (its own
+/// next start's configuration).
+pub const WORKSPACE_CONFIG: &str = "lazaret.toml";
 
 /// Overrides for every git the host runs: nothing in a repository's config
 /// may make the host execute code (fsmonitor, hooks, pagers, external diff
@@ -45,6 +65,17 @@ pub const HOST_GIT_OVERRIDES: &[&str] = &[
     "uploadpack.allowAnySHA1InWant=false",
     "gc.auto=0",
     "maintenance.auto=false",
+    // No recursion into (agent-writable) submodules, no attributes from
+    // outside the repository, no index refresh or untracked cache writes.
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+    "core.attributesFile=/dev/null",
+    "core.untrackedCache=false",
+    "core.splitIndex=false",
+    "index.skipHash=false",
+    "feature.manyFiles=false",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -79,8 +110,15 @@ pub fn host_git(dir: &Path) -> Command {
             c.env_remove(&k);
         }
     }
+    // Only the repository's own configuration: filter, diff and merge
+    // drivers defined globally (git-lfs, ...) must not meet attributes the
+    // agent wrote.
     c.env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_OPTIONAL_LOCKS", "0");
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_NO_LAZY_FETCH", "1");
     for o in HOST_GIT_OVERRIDES {
         c.args(["-c", o]);
     }
@@ -101,7 +139,8 @@ pub fn run(mut cmd: Command) -> Result<String, GitError> {
             .collect();
         Err(GitError::Failed {
             args: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            // Git repeats names from the agent's tree and refs.
+            stderr: lazaret_widgets::visible::visible(String::from_utf8_lossy(&out.stderr).trim()),
         })
     }
 }
@@ -138,8 +177,13 @@ impl WorkspaceLayout {
         let dot_git = host.join(".git");
         let branch = format!("lazaret/agent-{profile}");
         let meta = std::fs::symlink_metadata(&dot_git).ok();
-        let is_repo = meta.as_ref().is_some_and(|m| m.is_dir());
-        if meta.as_ref().is_some_and(|m| !m.is_dir()) && asked != Some(WorkspaceMode::Direct) {
+        let was_plain =
+            std::fs::read_to_string(domain_root.join(KIND_FILE)).is_ok_and(|k| k.trim() == "plain");
+        let is_repo = !was_plain && meta.as_ref().is_some_and(|m| m.is_dir());
+        if !was_plain
+            && meta.as_ref().is_some_and(|m| !m.is_dir())
+            && asked != Some(WorkspaceMode::Direct)
+        {
             return Err(GitError::GitFile(host.to_path_buf()));
         }
         let mode = match (asked, is_repo) {
@@ -171,6 +215,7 @@ impl WorkspaceLayout {
     /// Creates the agent's git directory on first use; later runs reuse it
     /// and run no git in it (its config is the agent's to write).
     pub fn prepare(&self) -> Result<(), GitError> {
+        self.remember_start()?;
         let (Some(dotgit), Some(gitdir)) = (&self.host_dotgit, &self.agent_gitdir) else {
             return Ok(());
         };
@@ -237,9 +282,107 @@ impl WorkspaceLayout {
         Ok(())
     }
 
+    /// On the first start: what the folder is (plain or a repository) and,
+    /// in direct mode, a metadata snapshot of it for `lazaret review`.
+    fn remember_start(&self) -> Result<(), GitError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |error| GitError::Io { path, error }
+        };
+        let root = &self.domain_root;
+        std::fs::create_dir_all(root).map_err(io(root))?;
+        let kind = root.join(KIND_FILE);
+        if !kind.exists() {
+            let k = if self.host_dotgit.is_some() {
+                "git\n"
+            } else {
+                "plain\n"
+            };
+            std::fs::write(&kind, k).map_err(io(&kind))?;
+        }
+        let snap = root.join(SNAPSHOT_FILE);
+        if self.mode == WorkspaceMode::Direct && !snap.exists() {
+            tree::Snapshot::take(&self.host, self.host_dotgit.is_some())
+                .and_then(|s| s.save(&snap))
+                .map_err(io(&snap))?;
+        }
+        for (p, dir) in [(EMPTY_DIR, true), (EMPTY_FILE, false)] {
+            let p = root.join(p);
+            if dir {
+                std::fs::create_dir_all(&p).map_err(io(&p))?;
+            } else if !p.exists() {
+                std::fs::write(&p, b"").map_err(io(&p))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `.git` folders and gitfiles below the top of the host folder (the
+    /// top one is the host's repository, handled apart); not entered.
+    fn nested_git(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let _ = nofollow::walk(&self.host, &mut |rel, _, _, name| {
+            if name == ".git" {
+                if rel != Path::new(".git") {
+                    found.push(rel.to_path_buf());
+                }
+                return nofollow::Descend::No;
+            }
+            nofollow::Descend::Yes
+        });
+        found
+    }
+
+    /// Direct mode: what the agent must not write in the host folder. The
+    /// configuration of the next start, `.git` of a plain folder, and every
+    /// nested `.git` and gitfile (a submodule's) are read-only, present or
+    /// not (decisions.md D8).
+    fn direct_guards(&self) -> Vec<Mount> {
+        let ws = Path::new(WORKSPACE);
+        let mut m = Vec::new();
+        let config = self.host.join(WORKSPACE_CONFIG);
+        if std::fs::symlink_metadata(&config).is_ok() {
+            m.push(Mount::bind(&config, ws.join(WORKSPACE_CONFIG), true));
+        } else {
+            m.push(Mount::bind(
+                self.domain_root.join(EMPTY_FILE),
+                ws.join(WORKSPACE_CONFIG),
+                true,
+            ));
+        }
+        if self.host_dotgit.is_none() {
+            let top = self.host.join(".git");
+            let source = if std::fs::symlink_metadata(&top).is_ok() {
+                top
+            } else {
+                self.domain_root.join(EMPTY_DIR)
+            };
+            m.push(Mount::bind(source, ws.join(".git"), true));
+        }
+        for rel in self.nested_git() {
+            m.push(Mount::bind(self.host.join(&rel), ws.join(&rel), true));
+        }
+        m
+    }
+
+    /// Host paths the mount table would create as mount points (they do
+    /// not exist yet); teardown removes them again when they are empty.
+    pub fn new_mountpoints(&self, table: &[Mount]) -> Vec<PathBuf> {
+        table
+            .iter()
+            .filter_map(|m| m.container().strip_prefix(WORKSPACE).ok())
+            .filter(|rel| !rel.as_os_str().is_empty())
+            .map(|rel| self.workspace_source.join(rel))
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .collect()
+    }
+
     /// The workspace part of the mount table.
     pub fn mounts(&self) -> Vec<Mount> {
         let mut m = vec![Mount::bind(&self.workspace_source, WORKSPACE, false)];
+        if self.mode == WorkspaceMode::Direct {
+            m.extend(self.direct_guards());
+        }
         if let Some(dotgit) = &self.host_dotgit {
             match self.mode {
                 WorkspaceMode::Isolated => {

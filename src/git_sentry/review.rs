@@ -1,10 +1,16 @@
 //! The session-end review (decisions.md D1): what the agent changed that a
 //! host tool would execute, and filesystem objects that are traps.
 
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{GitError, WorkspaceLayout, host_git, run};
+use lazaret_widgets::visible::visible;
+use nix::sys::stat::SFlag;
+
+use super::tree::{self, Snapshot, Trap, in_git_dir};
+use super::{
+    GitError, MOUNTPOINTS_FILE, SNAPSHOT_FILE, WORKSPACE_CONFIG, WorkspaceLayout, host_git,
+    nofollow, run,
+};
 use crate::config::WorkspaceMode;
 use crate::engine::mounts::MASKED;
 
@@ -74,28 +80,60 @@ pub enum Finding {
     /// A file under a folder Lazaret masks in the sandbox (an agent can
     /// still commit there with git plumbing).
     Masked(String),
+    /// A Lazaret configuration file (the next start's configuration).
+    Config(String),
     /// A symlink whose target leaves the workspace.
     SymlinkOut {
         path: String,
         target: String,
     },
     Fifo(String),
-    Setuid(String),
-    /// A nested repository (a `.git` folder or a gitlink/submodule).
+    /// A set-user-ID or set-group-ID bit; `fixed` when Lazaret removed it.
+    Setuid {
+        path: String,
+        fixed: bool,
+    },
+    /// A device node; `fixed` when Lazaret removed it.
+    Device {
+        path: String,
+        fixed: bool,
+    },
+    /// A nested repository in the agent's branch (a gitlink/submodule).
     NestedRepo(String),
+    /// A `.git` folder or gitfile the agent created or changed: host git
+    /// (a shell prompt, an IDE) would obey it in that folder.
+    GitDir(String),
 }
 
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every path here is the agent's choice: shown visibly, so no
+        // name can rewrite the terminal (decisions.md D8).
+        let v = |s: &str| visible(s);
+        let fixed = |x: bool| if x { "removed" } else { "NOT removed" };
         match self {
-            Finding::Executed(p) => write!(f, "executed by host tools: {p}"),
-            Finding::Masked(p) => write!(f, "in a folder masked in the sandbox: {p}"),
-            Finding::SymlinkOut { path, target } => {
-                write!(f, "symlink leaving the workspace: {path} -> {target}")
+            Finding::Executed(p) => write!(f, "executed by host tools: {}", v(p)),
+            Finding::Masked(p) => write!(f, "in a folder masked in the sandbox: {}", v(p)),
+            Finding::Config(p) => write!(f, "Lazaret configuration (its next start): {}", v(p)),
+            Finding::SymlinkOut { path, target } => write!(
+                f,
+                "symlink leaving the workspace: {} -> {}",
+                v(path),
+                v(target)
+            ),
+            Finding::Fifo(p) => write!(f, "FIFO (can hang host tools): {}", v(p)),
+            Finding::Setuid { path, fixed: x } => {
+                write!(f, "setuid/setgid bit ({}): {}", fixed(*x), v(path))
             }
-            Finding::Fifo(p) => write!(f, "FIFO (can hang host tools): {p}"),
-            Finding::Setuid(p) => write!(f, "setuid/setgid bit: {p}"),
-            Finding::NestedRepo(p) => write!(f, "nested repository: {p}"),
+            Finding::Device { path, fixed: x } => {
+                write!(f, "device node ({}): {}", fixed(*x), v(path))
+            }
+            Finding::NestedRepo(p) => write!(f, "nested repository: {}", v(p)),
+            Finding::GitDir(p) => write!(
+                f,
+                "git repository or gitfile made or changed by the agent (host git obeys it): {}",
+                v(p)
+            ),
         }
     }
 }
@@ -108,10 +146,15 @@ pub struct Review {
     pub findings: Vec<Finding>,
     /// Commands to inspect the changes on the host.
     pub hints: Vec<String>,
+    /// Things the human should know about the review itself.
+    pub notes: Vec<String>,
 }
 
 fn classify_path(path: &str) -> Option<Finding> {
     let name = path.rsplit('/').next().unwrap_or(path);
+    if name == WORKSPACE_CONFIG {
+        return Some(Finding::Config(path.to_string()));
+    }
     if MASKED
         .iter()
         .any(|m| path == *m || path.starts_with(&format!("{m}/")))
@@ -159,81 +202,16 @@ fn leaves(path: &str, target: &str) -> bool {
 }
 
 /// Reviews the agent's work: its branch against where it forked from the
-/// host's HEAD and, in direct mode, the working tree itself.
+/// host's HEAD and, in direct mode, the folder against its snapshot from
+/// the domain's first start. No git runs in a tree the agent wrote, and
+/// every set-user-ID bit and device node the domain left is removed first.
 pub fn review(layout: &WorkspaceLayout) -> Result<Review, GitError> {
     let mut r = Review::default();
     if layout.host_dotgit.is_some() {
-        let branch = format!("refs/heads/{}", layout.branch);
-        let mut c = host_git(&layout.host);
-        c.args(["merge-base", "HEAD", &branch]);
-        if let Ok(base) = run(c) {
-            let base = base.trim().to_string();
-            let mut c = host_git(&layout.host);
-            c.args([
-                "diff",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-renames",
-                "--name-only",
-                "-z",
-                &base,
-                &branch,
-            ]);
-            r.changed.extend(
-                run(c)?
-                    .split('\0')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string),
-            );
-            // Modes from the branch's tree: symlinks and gitlinks.
-            let mut c = host_git(&layout.host);
-            c.args(["ls-tree", "-r", "-z", "--full-tree", &branch]);
-            for entry in run(c)?.split('\0').filter(|s| !s.is_empty()) {
-                let Some((meta, path)) = entry.split_once('\t') else {
-                    continue;
-                };
-                let mut f = meta.split(' ');
-                let (mode, _kind, oid) = (f.next().unwrap_or(""), f.next(), f.next().unwrap_or(""));
-                match mode {
-                    "120000" => {
-                        let mut c = host_git(&layout.host);
-                        c.args(["cat-file", "blob", oid]);
-                        let target = run(c)?;
-                        if leaves(path, &target) {
-                            r.findings.push(Finding::SymlinkOut {
-                                path: path.into(),
-                                target,
-                            });
-                        }
-                    }
-                    "160000" => r.findings.push(Finding::NestedRepo(path.into())),
-                    _ => {}
-                }
-            }
-            r.hints
-                .push(format!("git log --oneline HEAD..{}", layout.branch));
-            r.hints.push(format!("git diff HEAD...{}", layout.branch));
-        }
+        branch_review(layout, &mut r)?;
     }
     if layout.mode == WorkspaceMode::Direct {
-        scan_tree(&layout.host, Path::new(""), &mut r)?;
-        if layout.host_dotgit.is_some() {
-            let mut c = host_git(&layout.host);
-            c.args([
-                "status",
-                "--porcelain=v1",
-                "-z",
-                "--untracked-files=all",
-                "--no-renames",
-            ]);
-            for entry in run(c)?.split('\0').filter(|s| s.len() > 3) {
-                let path = entry[3..].to_string();
-                if !r.changed.contains(&path) {
-                    r.changed.push(path);
-                }
-            }
-            r.hints.push("git status; git diff".into());
-        }
+        direct_review(layout, &mut r)?;
     }
     r.changed.sort();
     r.changed.dedup();
@@ -242,50 +220,174 @@ pub fn review(layout: &WorkspaceLayout) -> Result<Review, GitError> {
             r.findings.push(f);
         }
     }
+    for t in tree::sanitize_domain(&layout.domain_root, &layout.host) {
+        let path = match t.path().strip_prefix(&layout.host) {
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) => t.path().to_string_lossy().into_owned(),
+        };
+        r.findings.push(match t {
+            Trap::Setuid { fixed, .. } => Finding::Setuid { path, fixed },
+            Trap::Device { fixed, .. } => Finding::Device { path, fixed },
+        });
+    }
     Ok(r)
 }
 
-/// Filesystem objects git cannot carry: FIFOs, setuid bits, nested `.git`,
-/// and symlinks leaving the folder (direct mode's working tree).
-fn scan_tree(root: &Path, rel: &Path, r: &mut Review) -> Result<(), GitError> {
-    let dir = root.join(rel);
-    let entries = std::fs::read_dir(&dir).map_err(|error| GitError::Io {
-        path: dir.clone(),
-        error,
-    })?;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let rel_path: PathBuf = rel.join(&name);
-        let shown = rel_path.to_string_lossy().into_owned();
-        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+/// The agent's branch in the host repository: read as objects only (no
+/// working tree, no attributes, no drivers).
+fn branch_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitError> {
+    let branch = format!("refs/heads/{}", layout.branch);
+    let mut c = host_git(&layout.host);
+    c.args(["merge-base", "HEAD", &branch]);
+    let Ok(base) = run(c) else {
+        return Ok(());
+    };
+    let base = base.trim().to_string();
+    let mut c = host_git(&layout.host);
+    c.args([
+        "diff-tree",
+        "-r",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--name-only",
+        "-z",
+        &base,
+        &branch,
+    ]);
+    r.changed.extend(
+        run(c)?
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
+    );
+    // Modes from the branch's tree: symlinks and gitlinks.
+    let mut c = host_git(&layout.host);
+    c.args(["ls-tree", "-r", "-z", "--full-tree", &branch]);
+    for entry in run(c)?.split('\0').filter(|s| !s.is_empty()) {
+        let Some((meta, path)) = entry.split_once('\t') else {
             continue;
         };
-        let ft = meta.file_type();
-        if name == ".git" {
-            if !rel.as_os_str().is_empty() {
-                r.findings.push(Finding::NestedRepo(shown));
+        let mut f = meta.split(' ');
+        let (mode, _kind, oid) = (f.next().unwrap_or(""), f.next(), f.next().unwrap_or(""));
+        match mode {
+            "120000" => {
+                let mut c = host_git(&layout.host);
+                c.args(["cat-file", "blob", oid]);
+                let target = run(c)?;
+                if leaves(path, &target) {
+                    r.findings.push(Finding::SymlinkOut {
+                        path: path.into(),
+                        target,
+                    });
+                }
             }
+            "160000" => r.findings.push(Finding::NestedRepo(path.into())),
+            _ => {}
+        }
+    }
+    r.hints
+        .push(format!("git log --oneline HEAD..{}", layout.branch));
+    r.hints.push(format!("git diff HEAD...{}", layout.branch));
+    Ok(())
+}
+
+/// Direct mode: the folder now against its snapshot from the first start,
+/// read without following a symlink.
+fn direct_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitError> {
+    let host_repo = layout.host_dotgit.is_some();
+    let io = |error| GitError::Io {
+        path: layout.host.clone(),
+        error,
+    };
+    let now = Snapshot::take(&layout.host, host_repo).map_err(io)?;
+    let snap = layout.domain_root.join(SNAPSHOT_FILE);
+    let base = match Snapshot::load(&snap).map_err(|error| GitError::Io {
+        path: snap.clone(),
+        error,
+    })? {
+        Some(b) => b,
+        None => {
+            r.notes.push(
+                "no snapshot from the domain's first start: every file counts as changed".into(),
+            );
+            Snapshot::default()
+        }
+    };
+    // Lazaret's own mount points (empty while they are unused) are no
+    // change of the agent's.
+    let points: Vec<PathBuf> = std::fs::read_to_string(layout.domain_root.join(MOUNTPOINTS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| Path::new(l).strip_prefix(&layout.host).ok())
+        .map(Path::to_path_buf)
+        .collect();
+    let empty_point = |p: &Path| {
+        points.iter().any(|m| m == p)
+            && std::fs::symlink_metadata(layout.host.join(p)).is_ok_and(|m| {
+                if m.is_dir() {
+                    !now.0.keys().any(|k| k.parent() == Some(p))
+                } else {
+                    m.is_file() && m.len() == 0
+                }
+            })
+    };
+    let mut git_dirs: Vec<PathBuf> = Vec::new();
+    for p in base.changed_since(&now) {
+        if empty_point(&p) {
             continue;
         }
-        if ft.is_symlink() {
-            let target = std::fs::read_link(e.path())
-                .map(|t| t.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        if let Some(g) = in_git_dir(&p)
+            && !(host_repo && g == Path::new(".git"))
+            && !git_dirs.contains(&g)
+        {
+            git_dirs.push(g);
+        }
+        let shown = p.to_string_lossy().into_owned();
+        let Some(st) = now.0.get(&p) else {
+            r.changed.push(shown);
+            continue;
+        };
+        let kind = st.kind();
+        // A bare repository (no `.git` in its name): git obeys it for
+        // anyone whose shell enters that folder.
+        if p.file_name() == Some(std::ffi::OsStr::new("HEAD"))
+            && let Some(dir) = p.parent()
+            && now.0.contains_key(&dir.join("objects"))
+            && now.0.contains_key(&dir.join("refs"))
+            && in_git_dir(dir).is_none()
+            && !git_dirs.contains(&dir.to_path_buf())
+        {
+            git_dirs.push(dir.to_path_buf());
+        }
+        if kind == SFlag::S_IFLNK {
+            let target = read_link(&layout.host, &p).unwrap_or_default();
             if leaves(&shown, &target) {
                 r.findings.push(Finding::SymlinkOut {
-                    path: shown,
+                    path: shown.clone(),
                     target,
                 });
             }
-        } else if ft.is_fifo() {
-            r.findings.push(Finding::Fifo(shown));
-        } else if ft.is_dir() {
-            scan_tree(root, &rel_path, r)?;
-        } else if meta.permissions().mode() & 0o6000 != 0 {
-            r.findings.push(Finding::Setuid(shown));
+        } else if kind == SFlag::S_IFIFO {
+            r.findings.push(Finding::Fifo(shown.clone()));
+        }
+        if kind != SFlag::S_IFDIR || !base.0.contains_key(&p) {
+            r.changed.push(shown);
         }
     }
+    for g in git_dirs {
+        r.findings
+            .push(Finding::GitDir(g.to_string_lossy().into_owned()));
+    }
     Ok(())
+}
+
+/// A symlink's target, its folder opened without following symlinks.
+fn read_link(root: &Path, rel: &Path) -> Option<String> {
+    let dir = nofollow::open_dir(root, rel.parent()?).ok()?;
+    nix::fcntl::readlinkat(&dir, rel.file_name()?)
+        .ok()
+        .map(|t| t.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
@@ -317,5 +419,18 @@ mod tests {
             Some(Finding::Executed(".github/workflows/ci.yml".into()))
         );
         assert_eq!(classify_path("src/main.rs"), None);
+        assert_eq!(
+            classify_path("sub/lazaret.toml"),
+            Some(Finding::Config("sub/lazaret.toml".into()))
+        );
+    }
+
+    #[test]
+    fn agent_names_are_shown_visibly() {
+        let f = Finding::Executed("a\u{1b}[2J\u{202e}Makefile".into());
+        assert_eq!(
+            f.to_string(),
+            "executed by host tools: a␛[2J<U+202E>Makefile"
+        );
     }
 }

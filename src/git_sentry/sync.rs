@@ -3,45 +3,45 @@
 //!
 //! The host never runs git *in* the agent's git directory (its config,
 //! hooks and refs are the agent's to write). Instead Lazaret reads the one
-//! ref itself, checks it is a plain object id, and fetches from a private
-//! "shadow" git directory under the Domain Root whose config is Lazaret's and
-//! whose objects come from the agent's through `objects/info/alternates`.
+//! ref itself, checks it is a plain object id, copies the agent's objects
+//! into a private "shadow" git directory under the Domain Root whose config
+//! is Lazaret's, and fetches from there (objects checked by fsck).
+//!
+//! Everything of the agent's is read without following a symlink anywhere
+//! below the Domain Root (decisions.md D8): its `objects` folder or
+//! `alternates` could otherwise point at another repository of the user's,
+//! and the fetch would copy foreign objects into the host repository, where
+//! the agent can fetch them. The agent's `alternates` are never read; the
+//! shadow borrows only the host repository's own objects.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use std::ffi::OsStr;
+
 use notify::{RecursiveMode, Watcher};
 
-use super::{GitError, host_git, run};
+use super::{GitError, host_git, nofollow, run};
 
 /// Reads `refs/heads/<branch>` of a git directory without running git:
-/// the loose ref file (a regular file, never a symlink), else packed-refs.
+/// the loose ref file, else packed-refs; a symlink anywhere below the
+/// git directory's parent (trusted, the Domain Root's) is an error.
 pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitError> {
-    let loose = gitdir.join("refs/heads").join(branch);
-    if let Ok(meta) = std::fs::symlink_metadata(&loose) {
-        if !meta.is_file() {
-            return Err(GitError::BadRef(format!(
-                "refs/heads/{branch} is not a regular file"
-            )));
-        }
-        let text = std::fs::read_to_string(&loose).map_err(|error| GitError::Io {
-            path: loose.clone(),
-            error,
-        })?;
-        return check_oid(text.trim()).map(Some);
+    let (root, rel) = split_gitdir(gitdir);
+    let bad = |what: String| move |e: std::io::Error| GitError::BadRef(format!("{what}: {e}"));
+    let loose = rel.join("refs/heads").join(branch);
+    if let Some(bytes) =
+        nofollow::read(root, &loose).map_err(bad(format!("refs/heads/{branch}")))?
+    {
+        return check_oid(String::from_utf8_lossy(&bytes).trim()).map(Some);
     }
-    let packed = gitdir.join("packed-refs");
-    let Ok(meta) = std::fs::symlink_metadata(&packed) else {
+    let Some(bytes) =
+        nofollow::read(root, &rel.join("packed-refs")).map_err(bad("packed-refs".into()))?
+    else {
         return Ok(None);
     };
-    if !meta.is_file() {
-        return Err(GitError::BadRef("packed-refs is not a regular file".into()));
-    }
-    let text = std::fs::read_to_string(&packed).map_err(|error| GitError::Io {
-        path: packed.clone(),
-        error,
-    })?;
+    let text = String::from_utf8_lossy(&bytes);
     let want = format!("refs/heads/{branch}");
     for line in text.lines() {
         if let Some((oid, name)) = line.split_once(' ')
@@ -53,6 +53,82 @@ pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitErr
     Ok(None)
 }
 
+/// A git directory as (trusted parent, its own name): the parent is
+/// Lazaret's (the Domain Root or the clone's mount root), the rest the
+/// agent's.
+fn split_gitdir(gitdir: &Path) -> (&Path, &Path) {
+    match (gitdir.parent(), gitdir.file_name()) {
+        (Some(p), Some(n)) => (p, Path::new(n)),
+        _ => (gitdir, Path::new("")),
+    }
+}
+
+/// Copies the agent's objects (loose objects, packs and their indexes) into
+/// `dest` (a shadow's `objects`), without following symlinks and without
+/// reading its alternates. Files already there are kept (object and pack
+/// names are content hashes).
+pub fn copy_objects(gitdir: &Path, dest: &Path) -> Result<usize, GitError> {
+    let (root, rel) = split_gitdir(gitdir);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| GitError::Io { path, error }
+    };
+    let objects = match nofollow::open_dir(root, &rel.join("objects")) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(gitdir)(e)),
+    };
+    let mut copied = 0;
+    let copy = |dir: &std::os::fd::OwnedFd, name: &OsStr, to: &Path| -> Result<bool, GitError> {
+        if to.exists() {
+            return Ok(false);
+        }
+        let Some(mut from) = nofollow::open_file_at(dir, name).map_err(io(to))? else {
+            return Ok(false);
+        };
+        let parent = to.parent().unwrap_or(to);
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        let tmp = parent.join(format!(".tmp-{}", std::process::id()));
+        let mut out = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        std::io::copy(&mut from, &mut out).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, to).map_err(io(to))?;
+        Ok(true)
+    };
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    for name in nofollow::names(&objects).map_err(io(gitdir))? {
+        let n = name.to_string_lossy().into_owned();
+        if hex(&n, 2) {
+            let Ok(sub) = nofollow::open_dir_at(&objects, &name) else {
+                continue;
+            };
+            for obj in nofollow::names(&sub).map_err(io(gitdir))? {
+                let o = obj.to_string_lossy().into_owned();
+                if (hex(&o, 38) || hex(&o, 62)) && copy(&sub, &obj, &dest.join(&n).join(&o))? {
+                    copied += 1;
+                }
+            }
+        } else if n == "pack" {
+            let Ok(pack) = nofollow::open_dir_at(&objects, &name) else {
+                continue;
+            };
+            let mut names: Vec<String> = nofollow::names(&pack)
+                .map_err(io(gitdir))?
+                .into_iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .filter(|p| p.starts_with("pack-") && (p.ends_with(".pack") || p.ends_with(".idx")))
+                .collect();
+            // Each .pack before its .idx: git looks for packs by their index.
+            names.sort_by_key(|p| p.ends_with(".idx"));
+            for p in names {
+                if copy(&pack, OsStr::new(&p), &dest.join("pack").join(&p))? {
+                    copied += 1;
+                }
+            }
+        }
+    }
+    Ok(copied)
+}
+
 fn check_oid(s: &str) -> Result<String, GitError> {
     if (s.len() == 40 || s.len() == 64)
         && s.bytes()
@@ -60,7 +136,8 @@ fn check_oid(s: &str) -> Result<String, GitError> {
     {
         Ok(s.to_string())
     } else {
-        Err(GitError::BadRef(s.chars().take(80).collect()))
+        let shown: String = s.chars().take(80).collect();
+        Err(GitError::BadRef(lazaret_widgets::visible::visible(&shown)))
     }
 }
 
@@ -101,9 +178,10 @@ impl Propagator {
                 "config",
                 "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_string(),
             ),
+            // The host's own objects only; the agent's are copied in.
             (
                 "objects/info/alternates",
-                format!("{}\n", self.agent_gitdir.join("objects").display()),
+                format!("{}\n", self.host.join(".git/objects").display()),
             ),
         ];
         for (name, text) in files {
@@ -126,6 +204,7 @@ impl Propagator {
             return Ok(Some(oid));
         }
         self.ensure_shadow()?;
+        copy_objects(&self.agent_gitdir, &self.shadow.join("objects"))?;
         let shadow_ref = self.shadow.join("refs/heads").join(&self.branch);
         if let Some(parent) = shadow_ref.parent() {
             std::fs::create_dir_all(parent).map_err(|error| GitError::Io {

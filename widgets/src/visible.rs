@@ -1,9 +1,12 @@
-//! Making hostile text visible before a human approves it (decisions.md D5).
+//! Making hostile text visible (decisions.md D5, D8): the one escaping
+//! function for every string the agent can influence that Lazaret shows a
+//! human, in the approval modal and on a plain terminal alike (review
+//! findings, audit records, log tails, status, branch names).
 //!
-//! An escalation request is written by the agent. Control characters, escape
-//! sequences, bidi overrides and zero-width characters could make the command
-//! a human reads differ from the one that runs; every such character is
-//! shown as a visible placeholder instead.
+//! Control characters, escape sequences, bidi overrides and zero-width
+//! characters could make what a human reads differ from what is there (or
+//! erase earlier lines); every such character is shown as a visible
+//! placeholder instead.
 
 /// How one character should be shown.
 fn placeholder(c: char) -> Option<String> {
@@ -110,6 +113,12 @@ pub fn make_visible(text: &str) -> (String, bool) {
         }
     }
     (out, replaced)
+}
+
+/// `text` ready for a terminal: [`make_visible`] without the flag. Use it
+/// for every agent-influenced string Lazaret prints.
+pub fn visible(text: &str) -> String {
+    make_visible(text).0
 }
 
 #[cfg(test)]
