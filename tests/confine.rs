@@ -1,0 +1,169 @@
+//! The confinement of auto-approved host commands (decisions.md D9),
+//! driven for real: Landlock and seccomp applied by the coordinator's own
+//! `execute`, real files, real sockets. The end-to-end attacks from a
+//! sandbox are in tests/escalation.rs.
+
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+
+use lazaret::coordinator::confine::{Confinement, Support, WorkspaceRoot, probe, seccomp};
+use lazaret::coordinator::escalation::{Exec, ExecLimits, execute};
+
+fn sh(
+    root: &WorkspaceRoot,
+    cwd: &str,
+    script: &str,
+    confined: bool,
+    network: bool,
+) -> (i32, String) {
+    let pinned = root.pin(Path::new(cwd)).unwrap();
+    let confinement = confined.then(|| Confinement {
+        ruleset: root.ruleset(network).unwrap(),
+        seccomp: seccomp(network).unwrap(),
+    });
+    let exec = Exec::Direct {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = rt
+        .block_on(execute(&exec, &pinned, confinement, ExecLimits::default()))
+        .unwrap();
+    (
+        out.code,
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn confined_commands_keep_to_the_workspace() {
+    assert!(
+        matches!(probe(), Support::Landlock { .. }),
+        "this kernel should offer Landlock: {:?}",
+        probe()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let ws = base.join("ws");
+    for d in ["ws/sub", "ws/.git/hooks", "ws/.vscode"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    std::fs::write(base.join("secret"), "CANARY-SECRET-4711").unwrap();
+    std::fs::write(ws.join("lazaret.toml"), "# user's").unwrap();
+    std::fs::write(ws.join("sub/file"), "inside").unwrap();
+    std::os::unix::fs::symlink("../secret", ws.join("sub/out")).unwrap();
+    let sock = base.join("control.sock");
+    let _listener = UnixListener::bind(&sock).unwrap();
+    let root = WorkspaceRoot::open(&ws).unwrap();
+
+    // Unconfined, the same script reads the secret: the checks below are
+    // Landlock's doing.
+    let (_, out) = sh(&root, "sub", "cat ../../secret", false, false);
+    assert!(out.contains("CANARY-SECRET"), "{out}");
+
+    let cases: &[(&str, &str)] = &[
+        ("read outside", "cat ../../secret"),
+        ("read through a symlink", "cat out"),
+        ("read the home", "ls \"$HOME\" /root /tmp"),
+        ("write outside", "echo x > ../../written"),
+        ("write a hook", "echo x > ../.git/hooks/pre-commit"),
+        ("write a masked folder", "echo x > ../.vscode/tasks.json"),
+        ("rewrite lazaret.toml", "echo x > ../lazaret.toml"),
+        ("new file at the top", "echo x > ../new-top"),
+        (
+            "unix socket",
+            &format!(
+                "exec 3<>/dev/null; python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{}\")'",
+                sock.display()
+            ),
+        ),
+        (
+            "udp",
+            "python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"127.0.0.1\", 9))'",
+        ),
+        (
+            "tcp",
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), 2)'",
+        ),
+    ];
+    for (what, script) in cases {
+        let (code, out) = sh(&root, "sub", script, true, false);
+        assert_ne!(code, 0, "{what}: {out}");
+        assert!(!out.contains("CANARY-SECRET"), "{what}: {out}");
+    }
+    assert!(!base.join("written").exists());
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+    assert!(!ws.join(".vscode/tasks.json").exists());
+    assert!(!ws.join("new-top").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("lazaret.toml")).unwrap(),
+        "# user's"
+    );
+
+    // An entry that opted into the network may open TCP connections (here
+    // refused by nobody listening, not by the confinement), still no UNIX
+    // socket.
+    let (_, out) = sh(&root, "sub", cases[10].1, true, true);
+    assert!(out.contains("ConnectionRefused"), "{out}");
+    let (code, out) = sh(&root, "sub", cases[8].1, true, true);
+    assert!(code != 0 && out.contains("PermissionError"), "{out}");
+
+    // Inside the workspace, reading and writing work.
+    let (code, out) = sh(
+        &root,
+        "sub",
+        "cat file && echo new > made && mkdir -p d/e && echo more >> file && ls /usr/bin/env && date",
+        true,
+        false,
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/made")).unwrap(),
+        "new\n"
+    );
+    assert!(ws.join("sub/d/e").is_dir());
+}
+
+#[test]
+fn the_working_directory_is_opened_beneath_the_workspace_and_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    std::fs::create_dir_all(base.join("home")).unwrap();
+    std::fs::write(ws.join("sub/marker"), "original").unwrap();
+    std::os::unix::fs::symlink("../home", ws.join("away")).unwrap();
+    std::os::unix::fs::symlink(&base, ws.join("abs")).unwrap();
+    std::os::unix::fs::symlink("sub", ws.join("inner")).unwrap();
+    let root = WorkspaceRoot::open(&ws).unwrap();
+    for bad in ["away", "abs", "../", "sub/../../home"] {
+        assert!(root.pin(Path::new(bad)).is_err(), "{bad}");
+    }
+    // A symlink that stays inside is followed, and shown as what it is.
+    assert_eq!(root.pin(Path::new("inner")).unwrap().host, ws.join("sub"));
+
+    // Pinned, then swapped for a symlink to "home": it still runs in the
+    // folder that was checked.
+    let pinned = root.pin(Path::new("sub")).unwrap();
+    std::fs::rename(ws.join("sub"), ws.join("sub.old")).unwrap();
+    std::os::unix::fs::symlink("../home", ws.join("sub")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let exec = Exec::Direct {
+        program: "/bin/cat".into(),
+        args: vec!["marker".into()],
+    };
+    let out = rt
+        .block_on(execute(&exec, &pinned, None, ExecLimits::default()))
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "original");
+}
