@@ -740,9 +740,15 @@ fn metacharacters_and_hidden_characters_never_auto_approve() {
 #[test]
 fn prefix_and_program_tricks_never_auto_approve() {
     let h = Harness::with(Options {
-        rules: vec![vec!["touch".into()], vec!["ls".into(), "-la".into()]],
+        rules: vec![
+            vec!["touch".into(), "*".into()],
+            vec!["ls".into(), "-la".into(), "*".into()],
+            vec!["true".into()],
+        ],
         ..Options::deny_all()
     });
+    use lazaret_escalate::classify::OutsideWhy;
+    let out = |arg, why| HumanReason::PathOutsideWorkspace { arg, why };
     let cases: &[(&[&str], HumanReason)] = &[
         (&["lsblk"], HumanReason::NotWhitelisted),
         (&["touchx canary"], HumanReason::NotWhitelisted),
@@ -755,6 +761,17 @@ fn prefix_and_program_tricks_never_auto_approve() {
         (&["/usr/bin/touch canary"], HumanReason::ProgramHasPath),
         (&["TOUCH=1 touch canary"], HumanReason::AssignmentAsProgram),
         (&["touch 'canary"], HumanReason::Unparseable),
+        // Exact entries take no arguments; prefix entries no path that
+        // leaves the workspace.
+        (&["true x"], HumanReason::NotWhitelisted),
+        (&["ls -la /etc"], out(2, OutsideWhy::Absolute)),
+        (&["touch ../canary"], out(1, OutsideWhy::DotDot)),
+        (
+            &["touch", "--reference=/etc/passwd", "x"],
+            out(1, OutsideWhy::Absolute),
+        ),
+        (&["touch", "-d@/x", "canary"], out(1, OutsideWhy::Absolute)),
+        (&["touch file:///tmp/canary"], out(1, OutsideWhy::Url)),
     ];
     for (args, want) in cases {
         let mut c = h.client();

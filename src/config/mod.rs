@@ -1388,7 +1388,7 @@ mod tests {
             "ls\u{7F}",
             "ls\u{9B}",
             "ls\n-la",
-            "ls *",
+            "ls * -l",
             "ls ~",
             "ls #x",
         ] {

@@ -124,7 +124,7 @@ impl Default for Options {
         Options {
             rules: ["touch", "echo", "true", "false", "ls", "printf"]
                 .iter()
-                .map(|p| vec![p.to_string()])
+                .map(|p| vec![p.to_string(), "*".to_string()])
                 .collect(),
             human: Box::new(|_, _| Answer::Approve),
             max_response: protocol::MAX_RESPONSE_FRAME,
