@@ -84,7 +84,10 @@ fn auto_approved_commands_run_on_the_host() {
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), ws.display().to_string());
-    let (code, _, err) = exec(&d, &format!("{ESC} -- ls /nonexistent-lazaret-path"));
+    let (code, _, err) = exec(
+        &d,
+        &format!("cd /workspace && {ESC} -- ls nonexistent-lazaret-path"),
+    );
     assert_eq!(code, 2, "ls's own exit code: {err}");
     assert!(err.contains("No such file or directory"), "{err}");
     // The sandbox learns what the host ran as: a host user, not root.
@@ -192,14 +195,13 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     assert_eq!(code, 70, "{err}");
     assert!(err.contains("outside"), "{err}");
     assert!(!canary.exists());
-    // A whitelisted command with extra words still runs (prefix match).
-    let ok = dir.join("ok");
-    let (code, _, err) = exec(
-        &d,
-        &format!("cd /workspace && {ESC} -- touch {}", ok.display()),
-    );
+    // A prefix entry with extra words inside the workspace still runs.
+    let (code, _, err) = exec(&d, &format!("cd /workspace && {ESC} -- touch ok"));
     assert_eq!(code, 0, "{err}");
-    assert!(ok.exists(), "the positive control did not run");
+    assert!(
+        d.ws().join("ok").exists(),
+        "the positive control did not run"
+    );
     stop(h);
 }
 
@@ -569,5 +571,135 @@ fn crafted_requests_from_the_host_are_refused() {
         .collect();
     assert!(ran.is_empty(), "canaries created: {ran:?}");
     eprintln!("{} crafted host-side requests refused", cases.len());
+    stop(h);
+}
+
+// ---------------------------------------------------------------------------
+// decisions.md D9: what auto-approve can no longer be turned into.
+
+/// Replaces the domain's `auto_approve` line (before it starts).
+fn set_auto_approve(d: &Domain, entries: &[String]) {
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let start = text.find("auto_approve = [").unwrap();
+    let end = start + text[start..].find('\n').unwrap();
+    let list: Vec<String> = entries.iter().map(|e| format!("{e:?}")).collect();
+    let text = format!(
+        "{}auto_approve = [{}]{}",
+        &text[..start],
+        list.join(", "),
+        &text[end..]
+    );
+    d.s.write("config.toml", &text);
+}
+
+/// With file-reading and file-writing programs allowed by the
+/// configuration, every exfiltration or write outside the workspace that
+/// an agent tries from inside a gVisor sandbox either goes to a human
+/// (none is attached here, so it is denied) or fails under Landlock; the
+/// canary secret never reaches the agent. Writes inside the workspace work.
+#[test]
+fn auto_approved_commands_cannot_reach_outside_the_workspace() {
+    const SECRET: &str = "CANARY-SECRET-d9";
+    let d = Domain::new("gv");
+    let secret = d.s.write("secret", SECRET);
+    // The user's home, outside the workspace.
+    let home_secret = common::user_home().join(format!(".lazaret-canary-{}", d.hash));
+    std::fs::write(&home_secret, SECRET).unwrap();
+    d.s.chown(&home_secret);
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _cleanup = Remove(home_secret.clone());
+    d.s.mkdir("ws/sub");
+    d.s.mkdir("ws/.vscode");
+    let outside = d.s.path().join("written-outside");
+    set_auto_approve(
+        &d,
+        &[
+            "date *".into(),
+            "cat *".into(),
+            "head *".into(),
+            "tee *".into(),
+            "touch *".into(),
+            "ls *".into(),
+            // Exact entries the user wrote are trusted words, yet still
+            // confined when they run.
+            format!("cat {}", secret.display()),
+            format!("cat {}", home_secret.display()),
+            format!("touch {}", outside.display()),
+            "touch sub/inside".into(),
+            "ls -a /tmp".into(),
+        ],
+    );
+    let h = holder(&d);
+    let run = |script: &str| exec(&d, &format!("cd /workspace && {script}"));
+    // Symlinks the agent plants in the workspace, pointing out (they
+    // resolve on the host, next to the workspace).
+    let (code, _, err) = run("ln -s ../secret link && ln -s .. up && ln -s / root");
+    assert_eq!(code, 0, "{err}");
+
+    let s = secret.display();
+    let to_human = [
+        format!("date -f {s}"),
+        "date -f ../secret".into(),
+        format!("date --file={s}"),
+        format!("date -f{s}"),
+        "date --file=../secret".into(),
+        "date -f link".into(),
+        "date -flink".into(),
+        "cat link".into(),
+        "cat up/secret".into(),
+        "cat root/etc/shadow".into(),
+        "head -c 100 link".into(),
+        "cat sub/../../secret".into(),
+        format!("cat file://{s}"),
+        format!("tee {}", outside.display()),
+        "tee ../written-outside".into(),
+        "tee up/written-outside".into(),
+        "ls -la ..".into(),
+        "ls -la /".into(),
+    ];
+    for cmd in &to_human {
+        let (code, out, err) = run(&format!("{ESC} -- {cmd}"));
+        assert_eq!(code, 77, "`{cmd}` did not go to a human: {out}{err}");
+        assert!(
+            err.contains("outside the workspace"),
+            "`{cmd}`: the reason is not shown: {err}"
+        );
+        assert!(!out.contains(SECRET) && !err.contains(SECRET), "`{cmd}`");
+    }
+    // Auto-approved, and stopped by Landlock.
+    for cmd in [
+        format!("cat {s}"),
+        format!("cat {}", home_secret.display()),
+        format!("touch {}", outside.display()),
+        "ls -a /tmp".into(),
+        "touch .vscode/tasks.json".into(),
+        "tee .vscode/settings.json".into(),
+    ] {
+        let (code, out, err) = run(&format!("{ESC} -- {cmd}"));
+        assert_ne!(code, 0, "`{cmd}` succeeded: {out}{err}");
+        assert!(
+            err.contains("Permission denied"),
+            "`{cmd}` did not fail under Landlock: {err}"
+        );
+        assert!(!out.contains(SECRET) && !err.contains(SECRET), "`{cmd}`");
+    }
+    assert!(!outside.exists(), "a write outside the workspace landed");
+    assert!(!d.ws().join(".vscode/tasks.json").exists());
+    assert!(!d.ws().join(".vscode/settings.json").exists());
+    // Inside the workspace: reading and writing work.
+    let (code, _, err) = run(&format!("{ESC} -- touch sub/inside"));
+    assert_eq!(code, 0, "{err}");
+    assert!(d.ws().join("sub/inside").exists());
+    let (code, _, err) = run(&format!("echo hi > sub/data && {ESC} -- cat sub/data"));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&format!("{ESC} -- tee sub/teed"));
+    assert_eq!(code, 0, "{err}");
+    assert!(d.ws().join("sub/teed").exists());
     stop(h);
 }

@@ -329,14 +329,16 @@ impl AutoApproveRules {
         self
     }
 
-    /// The first entry matching `argv`: the whole argv for an exact entry,
-    /// its leading words for a prefix entry.
+    /// The entry matching `argv`: one that is the whole argv first, else
+    /// the first prefix entry whose words lead it.
     pub fn matching(&self, argv: &[String]) -> Option<Matched<'_>> {
         self.rules
             .iter()
-            .find(|r| {
-                let n = r.argv.len();
-                (argv.len() == n || (r.prefix && argv.len() > n)) && r.argv[..] == argv[..n]
+            .find(|r| r.argv[..] == argv[..])
+            .or_else(|| {
+                self.rules.iter().find(|r| {
+                    r.prefix && argv.len() > r.argv.len() && r.argv[..] == argv[..r.argv.len()]
+                })
             })
             .map(|r| Matched {
                 program: &r.program,
@@ -453,7 +455,7 @@ impl fmt::Display for HumanReason {
                 };
                 write!(
                     f,
-                    "argument {arg} names a path outside the workspace ({what}); auto-approved commands only touch the workspace"
+                    "has argument {arg} naming a path outside the workspace ({what}); auto-approved commands only touch the workspace"
                 )
             }
         }

@@ -564,7 +564,9 @@ impl EscalationServer {
                     );
                     return Response::denied(
                         &id,
-                        "no human is attached to this session (it has no terminal), so nothing that needs approval can run",
+                        format!(
+                            "no human is attached to this session (it has no terminal), so nothing that needs approval can run; this one needs approval because the command {reason}"
+                        ),
                     );
                 };
                 let verdict = answer.await.unwrap_or(Verdict::Deny {
