@@ -703,3 +703,114 @@ fn auto_approved_commands_cannot_reach_outside_the_workspace() {
     assert!(d.ws().join("sub/teed").exists());
     stop(h);
 }
+
+/// One session floods the Escalation Socket with 100 KB commands: beyond
+/// its burst the requests are refused at once with a clear error, and
+/// what the state store keeps of each is bounded (a hash and a preview).
+#[test]
+fn a_flood_of_requests_is_refused_beyond_the_limits() {
+    let d = Domain::new("gv");
+    let h = holder(&d);
+    let store = d.domain_root().join("state.redb");
+    let before = std::fs::metadata(&store).unwrap().len();
+    // 40 at once, as an agent in a loop with `&` would.
+    let script = format!(
+        "cd /workspace && big=$(head -c 100000 /dev/zero | tr '\\0' a); start=$(date +%s); \
+         for i in $(seq 40); do ({ESC} -- echo \"$big\" >/dev/null 2>/tmp/err$i; echo $? >/tmp/code$i) & done; wait; \
+         echo ok=$(cat /tmp/code* | grep -cx 0) limited=$(cat /tmp/err* | grep -c 'too many requests') secs=$(($(date +%s) - start)); \
+         cat /tmp/err* | grep -m1 'too many'"
+    );
+    let (code, out, err) = exec(&d, &script);
+    assert_eq!(code, 0, "{out}{err}");
+    let counts: Vec<u32> = out
+        .split_whitespace()
+        .take(3)
+        .map(|w| w.split('=').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let (ok, limited, secs) = (counts[0], counts[1], counts[2]);
+    assert_eq!(ok + limited, 40, "{out}");
+    // The burst, then 30 a minute.
+    let limits = lazaret::coordinator::escalation::RequestLimits::default();
+    assert!(
+        ok <= limits.burst + (secs + 1) * limits.per_minute / 60 + 1,
+        "{out}"
+    );
+    assert!(limited > 0, "{out}");
+    assert!(out.contains("nothing ran"), "{out}");
+    let after = std::fs::metadata(&store).unwrap().len();
+    // 40 x 100 KB commands, each stored at most as a 1 KB preview (stored
+    // whole, the issue measured 6 MiB of store per such request).
+    assert!(
+        after - before < 8 << 20,
+        "the store grew by {} bytes",
+        after - before
+    );
+    assert!(after < lazaret::coordinator::store::STORE_CAP);
+    let records = audit_kinds(&d);
+    let rate = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-refused" && r["data"]["stage"] == "rate")
+        .count();
+    assert_eq!(rate as u32, limited);
+    let request = records
+        .iter()
+        .find(|r| r["kind"] == "escalation-request")
+        .unwrap();
+    assert_eq!(request["data"]["command"]["bytes"], 100_005);
+    assert_eq!(
+        request["data"]["command"]["sha256"].as_str().unwrap().len(),
+        64
+    );
+    stop(h);
+}
+
+/// The human is asked about a command in `/workspace/sub`; while the
+/// prompt waits, the agent swaps `sub` for a symlink out of the workspace.
+/// The approved command runs in the directory that was checked (shown in
+/// the modal as its host path). Meanwhile the session may have only so
+/// many requests waiting: the rest are refused at once.
+#[test]
+fn the_working_directory_is_pinned_while_the_human_decides() {
+    let d = Domain::new("gv");
+    d.s.write("ws/sub/marker", "ORIGINAL-DIR");
+    d.s.write("marker", "OUTSIDE-DIR");
+    let t = d.tmux(160, 40, "shell gv", None);
+    t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
+    t.line(&format!(
+        "clear; cd /workspace/sub; ({ESC} --justify swap-test -- cat marker; echo FIRST=$?) >/tmp/first 2>&1 & \
+         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
+         wait; echo ALL-DONE"
+    ));
+    let s = t.wait_for(20, "the modal", |s| modal_with(s, "swap-test"));
+    let host_sub = d.ws().join("sub");
+    assert!(s.contains(&host_sub.display().to_string()), "{s}");
+    let (code, _, err) = d.sh("mv /workspace/sub /workspace/sub.old && ln -s .. /workspace/sub");
+    assert_eq!(code, 0, "{err}");
+    // The extras: three wait (with swap-test, four), three are refused.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let (_, out, _) = d.sh("cat /tmp/e* 2>/dev/null | grep -c 'waiting for its human'");
+        let n: usize = out.trim().parse().unwrap_or(0);
+        if n >= 3 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(refused, 3);
+    t.send(&["a"]);
+    for _ in 0..3 {
+        t.wait_for(20, "the next modal", |s| modal_with(s, "extra"));
+        t.send(&["d"]);
+        t.send(&["Enter"]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    t.wait_for(30, "every request answered", |s| s.contains("ALL-DONE"));
+    let (_, first, _) = d.sh("cat /tmp/first");
+    assert!(first.contains("ORIGINAL-DIR"), "{first}");
+    assert!(first.contains("FIRST=0"), "{first}");
+    assert!(!first.contains("OUTSIDE-DIR"), "{first}");
+    let (_, codes, _) = d.sh("cat /tmp/c*");
+    assert_eq!(codes.lines().filter(|c| *c == "77").count(), 6, "{codes}");
+    t.line("exit 0");
+    t.wait_exit(30, "lazaret shell");
+}

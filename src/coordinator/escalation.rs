@@ -53,8 +53,8 @@ pub struct RequestLimits {
 impl Default for RequestLimits {
     fn default() -> Self {
         RequestLimits {
-            burst: 20,
-            per_minute: 60,
+            burst: 10,
+            per_minute: 30,
             pending: 4,
             stored_text: 1024,
         }
