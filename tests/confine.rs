@@ -167,3 +167,54 @@ fn the_working_directory_is_opened_beneath_the_workspace_and_held() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "original");
 }
+
+/// `scripts/bench`'s confinement row: an auto-approved command's host side
+/// (pin the directory, build the ruleset and filter, spawn, wait) with and
+/// without the confinement, alternating, in one run.
+#[test]
+#[ignore = "a benchmark: run by scripts/bench"]
+fn bench_confinement_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    for i in 0..20 {
+        std::fs::create_dir_all(ws.join(format!("d{i}"))).unwrap();
+    }
+    let root = WorkspaceRoot::open(&ws).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let exec = Exec::Direct {
+        program: "/bin/true".into(),
+        args: vec![],
+    };
+    let once = |confined: bool| {
+        let start = std::time::Instant::now();
+        let pinned = root.pin(Path::new("")).unwrap();
+        let confinement = confined.then(|| Confinement {
+            ruleset: root.ruleset(false).unwrap(),
+            seccomp: seccomp(false).unwrap(),
+        });
+        let out = rt
+            .block_on(execute(&exec, &pinned, confinement, ExecLimits::default()))
+            .unwrap();
+        assert_eq!(out.code, 0);
+        start.elapsed().as_micros() as u64
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        with.push(once(true));
+        without.push(once(false));
+    }
+    with.sort_unstable();
+    without.sort_unstable();
+    let (w, wo) = (with[100], without[100]);
+    println!(
+        "confine {:<34} {w:>8} us (p99 {} us)   vs {:<24} {wo:>6} us (p99 {} us)   ratio {:.2}",
+        "auto-approved true, host side",
+        with[197],
+        "the same, unconfined",
+        without[197],
+        w as f64 / wo as f64
+    );
+}

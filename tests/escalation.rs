@@ -196,10 +196,11 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     assert!(err.contains("outside"), "{err}");
     assert!(!canary.exists());
     // A prefix entry with extra words inside the workspace still runs.
-    let (code, _, err) = exec(&d, &format!("cd /workspace && {ESC} -- touch ok"));
+    d.s.mkdir("ws/sub");
+    let (code, _, err) = exec(&d, &format!("cd /workspace/sub && {ESC} -- touch ok"));
     assert_eq!(code, 0, "{err}");
     assert!(
-        d.ws().join("ok").exists(),
+        d.ws().join("sub/ok").exists(),
         "the positive control did not run"
     );
     stop(h);
@@ -415,9 +416,11 @@ fn crafted_requests_from_the_host_are_refused() {
     let d = Domain::new("gv");
     let h = holder(&d);
     let c = HostClient::new(&d);
-    let dir = d.s.mkdir("host-canaries");
+    // Inside the workspace (requests run in /workspace): auto-approved
+    // commands cannot write anywhere else.
+    let dir = d.s.mkdir("ws/host-canaries");
     let canary = |name: &str| dir.join(name);
-    let touch = |name: &str| format!("touch {}", canary(name).display());
+    let touch = |name: &str| format!("touch host-canaries/{name}");
 
     // Positive control: a correct request from a registered session runs.
     let r = c.send(&c.request(&touch("ok"))).expect("an answer");
@@ -663,31 +666,59 @@ fn auto_approved_commands_cannot_reach_outside_the_workspace() {
         "ls -la ..".into(),
         "ls -la /".into(),
     ];
-    for cmd in &to_human {
-        let (code, out, err) = run(&format!("{ESC} -- {cmd}"));
-        assert_eq!(code, 77, "`{cmd}` did not go to a human: {out}{err}");
-        assert!(
-            err.contains("outside the workspace"),
-            "`{cmd}`: the reason is not shown: {err}"
-        );
-        assert!(!out.contains(SECRET) && !err.contains(SECRET), "`{cmd}`");
-    }
-    // Auto-approved, and stopped by Landlock.
-    for cmd in [
+    let confined: Vec<String> = vec![
         format!("cat {s}"),
         format!("cat {}", home_secret.display()),
         format!("touch {}", outside.display()),
         "ls -a /tmp".into(),
         "touch .vscode/tasks.json".into(),
         "tee .vscode/settings.json".into(),
-    ] {
-        let (code, out, err) = run(&format!("{ESC} -- {cmd}"));
-        assert_ne!(code, 0, "`{cmd}` succeeded: {out}{err}");
-        assert!(
-            err.contains("Permission denied"),
-            "`{cmd}` did not fail under Landlock: {err}"
-        );
-        assert!(!out.contains(SECRET) && !err.contains(SECRET), "`{cmd}`");
+    ];
+    // Few execs (each `lazaret exec` costs a second or so), each a new
+    // session within the rate limit's burst.
+    let all: Vec<&String> = to_human.iter().chain(&confined).collect();
+    let burst = lazaret::coordinator::escalation::RequestLimits::default().burst as usize;
+    let mut out = String::new();
+    for (n, chunk) in all.chunks(burst).enumerate() {
+        let script: String = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, cmd)| format!("{ESC} -- {cmd} 2>&1; echo \"@@@ {} $?\"; ", n * burst + i))
+            .collect();
+        let (_, o, err) = run(&script);
+        assert!(!err.contains(SECRET), "{err}");
+        out.push_str(&o);
+    }
+    let err = "";
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{out}{err}");
+    let mut rest = out.as_str();
+    for (i, cmd) in all.iter().enumerate() {
+        let marker = format!("@@@ {i} ");
+        let at = rest
+            .find(&marker)
+            .unwrap_or_else(|| panic!("`{cmd}`: {out}"));
+        let said = &rest[..at];
+        let code: i32 = rest[at + marker.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        rest = &rest[at + marker.len()..];
+        if i < to_human.len() {
+            assert_eq!(code, 77, "`{cmd}` did not go to a human: {said}");
+            assert!(
+                said.contains("outside the workspace"),
+                "`{cmd}`: the reason is not shown: {said}"
+            );
+        } else {
+            // Auto-approved, and stopped by Landlock.
+            assert_ne!(code, 0, "`{cmd}` succeeded: {said}");
+            assert!(
+                said.contains("Permission denied"),
+                "`{cmd}` did not fail under Landlock: {said}"
+            );
+        }
     }
     assert!(!outside.exists(), "a write outside the workspace landed");
     assert!(!d.ws().join(".vscode/tasks.json").exists());

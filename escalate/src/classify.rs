@@ -505,12 +505,10 @@ impl PathProbe for Lexical {
 /// follows `=`, `:`, `@` or `,` (`key=X`, `host:X`, `@X`, `a,X`).
 pub fn path_candidates(arg: &str) -> Vec<&str> {
     let mut out = vec![arg];
-    if !arg.starts_with("--") {
-        if let Some(rest) = arg.strip_prefix('-') {
-            // Short options may carry their value glued on, after any
-            // cluster of flags: every suffix is a candidate.
-            out.extend(rest.char_indices().skip(1).map(|(i, _)| &rest[i..]));
-        }
+    // Short options may carry their value glued on, after any cluster of
+    // flags: every suffix is a candidate.
+    if let Some(rest) = arg.strip_prefix('-').filter(|r| !r.starts_with('-')) {
+        out.extend(rest.char_indices().skip(1).map(|(i, _)| &rest[i..]));
     }
     out.extend(
         arg.char_indices()
