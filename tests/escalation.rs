@@ -6,6 +6,8 @@
 //! checks would create it).
 
 mod common;
+#[path = "../escalate/tests/common/corpus.rs"]
+mod corpus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -844,4 +846,63 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
     assert_eq!(codes.lines().filter(|c| *c == "77").count(), 6, "{codes}");
     t.line("exit 0");
     t.wait_exit(30, "lazaret shell");
+}
+
+/// The escalate crate's classification corpus (characters that force a
+/// human, program and prefix tricks, paths out of the workspace) against
+/// the Session Coordinator's real pipeline: signed requests from the host
+/// to the real Escalation Socket, judged with the corpus's whitelist. With
+/// no human attached every one is denied, with the corpus's reason.
+#[test]
+fn the_classification_corpus_holds_against_the_real_coordinator() {
+    use lazaret_escalate::classify::CharClass;
+    let d = Domain::new("gv");
+    let rules: Vec<String> = corpus::RULES.iter().map(|r| r.to_string()).collect();
+    set_auto_approve(&d, &rules);
+    let h = holder(&d);
+    let mut cases: Vec<(String, String)> = corpus::characters()
+        .iter()
+        .map(|(cmd, class)| {
+            let what = match class {
+                CharClass::Metacharacter => "a shell metacharacter",
+                CharClass::Control => "a control character",
+                CharClass::Hidden => "an invisible or layout-changing character",
+            };
+            (cmd.to_string(), what.to_string())
+        })
+        .collect();
+    for (args, want) in corpus::programs() {
+        let cmd = match args {
+            ["--", rest @ ..] => lazaret_escalate::classify::join(rest),
+            [one] => one.to_string(),
+            many => lazaret_escalate::classify::join(many),
+        };
+        cases.push((cmd, want.to_string()));
+    }
+    // One session per rate-limit burst.
+    let burst = lazaret::coordinator::escalation::RequestLimits::default().burst as usize;
+    for chunk in cases.chunks(burst) {
+        let c = HostClient::new(&d);
+        for (cmd, want) in chunk {
+            let r = c.send(&c.request(cmd)).expect("an answer");
+            assert_eq!(r.status, Status::Denied, "{cmd:?}: {r:?}");
+            let reason = r.denied_reason.unwrap_or_default();
+            assert!(reason.contains(want.as_str()), "{cmd:?}: {reason}");
+        }
+    }
+    // The control: the corpus's whitelist runs on this server.
+    let c = HostClient::new(&d);
+    d.s.mkdir("ws/sub");
+    let mut r = c.request("touch sub/ok");
+    r.cwd = "/workspace".into();
+    let r = c.send(&r).expect("an answer");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert!(d.ws().join("sub/ok").exists());
+    let names: Vec<_> = std::fs::read_dir(d.ws())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!names.iter().any(|n| n == "canary"), "{names:?}");
+    assert!(!d.s.path().join("canary").exists());
+    stop(h);
 }

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod corpus;
+
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
