@@ -185,9 +185,6 @@ pub struct EscalationServer {
     acceptor: TlsAcceptor,
     pub socket: PathBuf,
     host_workspace: PathBuf,
-    /// The host folder behind `/workspace`, held open: working
-    /// directories are opened beneath it.
-    root: WorkspaceRoot,
     rules: AutoApproveRules,
     /// Landlock is there (else `rules` is empty: auto-approve is off).
     pub support: Support,
@@ -278,16 +275,11 @@ impl EscalationServer {
         } else {
             AutoApproveRules::default()
         };
-        let root = WorkspaceRoot::open(s.host_workspace).map_err(|error| SetupError::Io {
-            path: s.host_workspace.to_path_buf(),
-            error,
-        })?;
         Ok(EscalationServer {
             identity,
             acceptor,
             socket: s.escalation_dir.join("escalate.sock"),
             host_workspace: s.host_workspace.to_path_buf(),
-            root,
             rules,
             support,
             limits: s.limits,
@@ -462,15 +454,28 @@ impl EscalationServer {
         };
         // Opened now, beneath the workspace; the command runs in this
         // directory whatever the path names by the time it runs.
+        // (Opened per request: in isolated mode the folder is created
+        // after the socket.)
+        let root = match WorkspaceRoot::open(&self.host_workspace) {
+            Ok(r) => r,
+            Err(e) => {
+                return refuse(
+                    "cwd",
+                    format!(
+                        "the workspace {} cannot be opened: {e}",
+                        self.host_workspace.display()
+                    ),
+                );
+            }
+        };
         let relative = cwd
             .strip_prefix(&self.host_workspace)
             .unwrap_or(Path::new(""));
-        let pinned = match self.root.pin(relative) {
+        let pinned = match root.pin(relative) {
             Ok(p) => p,
             Err(e) => return refuse("cwd", e.to_string()),
         };
-        let decision =
-            classify::classify_with(&req.command, &self.rules, &self.root.probe(&pinned));
+        let decision = classify::classify_with(&req.command, &self.rules, &root.probe(&pinned));
         // A request that cannot be audited does not run.
         if let Err(e) = self.audit(
             "escalation-request",
@@ -503,7 +508,7 @@ impl EscalationServer {
                     return Response::error(&id, e);
                 }
                 let network = self.rules.matching(&argv).is_some_and(|m| m.network);
-                let confinement = match self.root.ruleset(network).and_then(|ruleset| {
+                let confinement = match root.ruleset(network).and_then(|ruleset| {
                     Ok(Confinement {
                         ruleset,
                         seccomp: confine::seccomp(network)?,
