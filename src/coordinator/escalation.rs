@@ -1,12 +1,16 @@
-//! Host Escalation, host side (spec §5, decisions.md D3–D5): the Trust
+//! Host Escalation, host side (spec §5, decisions.md D3–D5, D9): the Trust
 //! Anchor, the Escalation Socket, the policy pipeline and host execution.
 //!
 //! Per connection: mTLS with the sandbox's certificate (exactly one URI SAN,
 //! the identity bound to this socket) → strict request decoding → the
-//! session's delegated signature → replay and timestamp checks → cwd
-//! mapping → classification → auto-approve, or the human of *that* session
-//! → execution → audit. Anything failing before classification gets an
-//! `error` answer and nothing runs.
+//! session's delegated signature → the session's rate budget → replay and
+//! timestamp checks → the working directory opened beneath the workspace
+//! (decisions.md D9) → classification (with a symlink probe on that
+//! directory) → the audit record → auto-approve, confined
+//! ([`confine`](super::confine)), or the human of *that* session (a few
+//! pending at most) → execution in the pinned directory → audit. Anything
+//! failing before classification, or a request that cannot be audited, gets
+//! an `error` answer and nothing runs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
