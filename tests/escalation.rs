@@ -93,8 +93,8 @@ fn auto_approved_commands_run_on_the_host() {
     assert_eq!(code, 2, "ls's own exit code: {err}");
     assert!(err.contains("No such file or directory"), "{err}");
     // The sandbox learns what the host ran as: a host user, not root.
-    let (code, out, _) = exec(&d, &format!("{ESC} -- id -un"));
-    assert_eq!(code, 0);
+    let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
+    assert_eq!(code, 0, "{out}{err}");
     let expected = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
         |u| u.name.clone(),
