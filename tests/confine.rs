@@ -218,3 +218,84 @@ fn bench_confinement_cost() {
         w as f64 / wo as f64
     );
 }
+
+/// A request whose audit record cannot be written does not run: the real
+/// Escalation Socket (in process), a real mTLS client, an audit log that
+/// fails on demand.
+#[test]
+fn a_request_that_cannot_be_audited_does_not_run() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use lazaret::coordinator::escalation::{
+        EscalationServer, Outcome, Prompt, RequestLimits, SessionDirectory, Setup, Verdict,
+    };
+    use lazaret::coordinator::store::Store;
+    use lazaret_escalate::client::{Settings, build_request, exchange};
+    use lazaret_escalate::ed25519_dalek::VerifyingKey;
+    use lazaret_escalate::signing::{self, SessionKey};
+
+    struct Sessions(String, VerifyingKey);
+    impl SessionDirectory for Sessions {
+        fn key(&self, id: &str) -> Option<VerifyingKey> {
+            (id == self.0).then_some(self.1)
+        }
+        fn ask(&self, _: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>> {
+            None
+        }
+        fn tell(&self, _: &str, _: Outcome) {}
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    let store = Arc::new(Store::open(&base.join("state.redb")).unwrap());
+    let failing = Arc::new(AtomicBool::new(true));
+    let f = failing.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = EscalationServer::new(Setup {
+        profile: "dev",
+        domain_hash: "0123456789ab",
+        escalation_dir: &base.join("esc"),
+        certs_dir: &base.join("certs"),
+        host_workspace: &ws,
+        auto_approve: &[vec!["touch".into(), "*".into()]],
+        auto_approve_network: &[],
+        limits: ExecLimits::default(),
+        requests: RequestLimits::default(),
+        store,
+        audit: Arc::new(move |_, _| {
+            if f.load(Ordering::SeqCst) {
+                Err("the disk is full".into())
+            } else {
+                Ok(())
+            }
+        }),
+    })
+    .unwrap();
+    let socket = server.socket.clone();
+    let key = SessionKey::generate().unwrap();
+    let session = uuid::Uuid::new_v4().to_string();
+    let sessions = Arc::new(Sessions(session.clone(), key.public_key()));
+    let _task = rt.block_on(async { Arc::new(server).serve(sessions).unwrap() });
+    let settings = Settings {
+        socket,
+        certs_dir: base.join("certs"),
+        timeout: Some(std::time::Duration::from_secs(20)),
+    };
+    let cred = key.delegate(&session, signing::unix_now() + 600).unwrap();
+    let send = |command: &str| {
+        let req = build_request(&cred, "dev", "/workspace/sub", command, "test").unwrap();
+        exchange(&settings, &req).unwrap()
+    };
+    let r = send("touch unaudited");
+    assert_eq!(r.status, lazaret_escalate::Status::Error, "{r:?}");
+    assert!(format!("{r:?}").contains("audit log"), "{r:?}");
+    assert!(!ws.join("sub/unaudited").exists(), "it ran");
+    // The control: with the audit log writable, the same request runs.
+    failing.store(false, Ordering::SeqCst);
+    let r = send("touch audited");
+    assert_eq!(r.status, lazaret_escalate::Status::Approved, "{r:?}");
+    assert!(ws.join("sub/audited").exists());
+}
