@@ -278,7 +278,8 @@ fn a_request_that_cannot_be_audited_does_not_run() {
     let key = SessionKey::generate().unwrap();
     let session = uuid::Uuid::new_v4().to_string();
     let sessions = Arc::new(Sessions(session.clone(), key.public_key()));
-    let _task = rt.block_on(async { Arc::new(server).serve(sessions).unwrap() });
+    let _enter = rt.enter();
+    let _task = Arc::new(server).serve(sessions).unwrap();
     let settings = Settings {
         socket,
         certs_dir: base.join("certs"),
