@@ -510,8 +510,30 @@ pub fn run(env: &dyn HostEnv) -> Vec<Check> {
         program("git", "git", true),
         helpers_check(),
         rundir_check(env),
+        landlock_check(),
     ]);
     checks
+}
+
+/// Auto-approved host commands run only under Landlock (decisions.md D9).
+fn landlock_check() -> Check {
+    use crate::coordinator::confine::{Support, probe};
+    let outcome = match probe() {
+        Support::Landlock { abi, full: true } => Outcome::Pass(format!(
+            "Landlock ABI {abi}: auto-approved host commands run confined"
+        )),
+        Support::Landlock { abi, full: false } => Outcome::Warn {
+            problem: format!(
+                "Landlock ABI {abi} is older than 6: auto-approved host commands run confined, without the newest restrictions (seccomp still cuts their sockets)"
+            ),
+            fix: "a Linux kernel >= 6.12 gives the full confinement".into(),
+        },
+        Support::Missing(why) => Outcome::Warn {
+            problem: format!("{why}: auto-approve is off, every host escalation goes to a human"),
+            fix: "use a kernel with Landlock enabled (Linux >= 5.13, `lsm=...,landlock`)".into(),
+        },
+    };
+    Check::new("landlock", false, outcome)
 }
 
 /// The report as printed, and whether a required check failed.

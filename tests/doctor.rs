@@ -30,6 +30,8 @@ fn all_checks_pass_on_a_prepared_host() {
         "/dev/net/tun",
         "storage driver",
         "rlimits",
+        // Auto-approved host commands run under Landlock (decisions.md D9).
+        "landlock",
     ] {
         assert!(
             stdout

@@ -6,6 +6,8 @@
 //! checks would create it).
 
 mod common;
+#[path = "../escalate/tests/common/corpus.rs"]
+mod corpus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -84,12 +86,15 @@ fn auto_approved_commands_run_on_the_host() {
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), ws.display().to_string());
-    let (code, _, err) = exec(&d, &format!("{ESC} -- ls /nonexistent-lazaret-path"));
+    let (code, _, err) = exec(
+        &d,
+        &format!("cd /workspace && {ESC} -- ls nonexistent-lazaret-path"),
+    );
     assert_eq!(code, 2, "ls's own exit code: {err}");
     assert!(err.contains("No such file or directory"), "{err}");
     // The sandbox learns what the host ran as: a host user, not root.
-    let (code, out, _) = exec(&d, &format!("{ESC} -- id -un"));
-    assert_eq!(code, 0);
+    let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
+    assert_eq!(code, 0, "{out}{err}");
     let expected = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
         |u| u.name.clone(),
@@ -192,14 +197,14 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     assert_eq!(code, 70, "{err}");
     assert!(err.contains("outside"), "{err}");
     assert!(!canary.exists());
-    // A whitelisted command with extra words still runs (prefix match).
-    let ok = dir.join("ok");
-    let (code, _, err) = exec(
-        &d,
-        &format!("cd /workspace && {ESC} -- touch {}", ok.display()),
-    );
+    // A prefix entry with extra words inside the workspace still runs.
+    d.s.mkdir("ws/sub");
+    let (code, _, err) = exec(&d, &format!("cd /workspace/sub && {ESC} -- touch ok"));
     assert_eq!(code, 0, "{err}");
-    assert!(ok.exists(), "the positive control did not run");
+    assert!(
+        d.ws().join("sub/ok").exists(),
+        "the positive control did not run"
+    );
     stop(h);
 }
 
@@ -416,9 +421,11 @@ fn crafted_requests_from_the_host_are_refused() {
     let d = Domain::new("gv");
     let h = holder(&d);
     let c = HostClient::new(&d);
-    let dir = d.s.mkdir("host-canaries");
+    // Inside the workspace (requests run in /workspace): auto-approved
+    // commands cannot write anywhere else.
+    let dir = d.s.mkdir("ws/host-canaries");
     let canary = |name: &str| dir.join(name);
-    let touch = |name: &str| format!("touch {}", canary(name).display());
+    let touch = |name: &str| format!("touch host-canaries/{name}");
 
     // Positive control: a correct request from a registered session runs.
     let r = c.send(&c.request(&touch("ok"))).expect("an answer");
@@ -705,5 +712,333 @@ fn prompts_belong_to_the_session_they_were_sent_to() {
     );
     assert_eq!(decisions(&audit_kinds(&d)), vec!["denied", "withdrawn"]);
     drop(other);
+    stop(h);
+}
+
+// ---------------------------------------------------------------------------
+// decisions.md D9: what auto-approve can no longer be turned into.
+
+/// Replaces the domain's `auto_approve` line (before it starts).
+fn set_auto_approve(d: &Domain, entries: &[String]) {
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let start = text.find("auto_approve = [").unwrap();
+    let end = start + text[start..].find('\n').unwrap();
+    let list: Vec<String> = entries.iter().map(|e| format!("{e:?}")).collect();
+    let text = format!(
+        "{}auto_approve = [{}]{}",
+        &text[..start],
+        list.join(", "),
+        &text[end..]
+    );
+    d.s.write("config.toml", &text);
+}
+
+/// With file-reading and file-writing programs allowed by the
+/// configuration, every exfiltration or write outside the workspace that
+/// an agent tries from inside a gVisor sandbox either goes to a human
+/// (none is attached here, so it is denied) or fails under Landlock; the
+/// canary secret never reaches the agent. Writes inside the workspace work.
+#[test]
+fn auto_approved_commands_cannot_reach_outside_the_workspace() {
+    const SECRET: &str = "CANARY-SECRET-d9";
+    let d = Domain::new("gv");
+    let secret = d.s.write("secret", SECRET);
+    // The user's home, outside the workspace.
+    let home_secret = common::user_home().join(format!(".lazaret-canary-{}", d.hash));
+    std::fs::write(&home_secret, SECRET).unwrap();
+    d.s.chown(&home_secret);
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _cleanup = Remove(home_secret.clone());
+    d.s.mkdir("ws/sub");
+    d.s.mkdir("ws/.vscode");
+    let outside = d.s.path().join("written-outside");
+    set_auto_approve(
+        &d,
+        &[
+            "date *".into(),
+            "cat *".into(),
+            "head *".into(),
+            "tee *".into(),
+            "touch *".into(),
+            "ls *".into(),
+            // Exact entries the user wrote are trusted words, yet still
+            // confined when they run.
+            format!("cat {}", secret.display()),
+            format!("cat {}", home_secret.display()),
+            format!("touch {}", outside.display()),
+            "touch sub/inside".into(),
+            "ls -a /tmp".into(),
+        ],
+    );
+    let h = holder(&d);
+    let run = |script: &str| exec(&d, &format!("cd /workspace && {script}"));
+    // Symlinks the agent plants in the workspace, pointing out (they
+    // resolve on the host, next to the workspace).
+    let (code, _, err) = run("ln -s ../secret link && ln -s .. up && ln -s / root");
+    assert_eq!(code, 0, "{err}");
+
+    let s = secret.display();
+    let to_human = [
+        format!("date -f {s}"),
+        "date -f ../secret".into(),
+        format!("date --file={s}"),
+        format!("date -f{s}"),
+        "date --file=../secret".into(),
+        "date -f link".into(),
+        "date -flink".into(),
+        "cat link".into(),
+        "cat up/secret".into(),
+        "cat root/etc/shadow".into(),
+        "head -c 100 link".into(),
+        "cat sub/../../secret".into(),
+        format!("cat file://{s}"),
+        format!("tee {}", outside.display()),
+        "tee ../written-outside".into(),
+        "tee up/written-outside".into(),
+        "ls -la ..".into(),
+        "ls -la /".into(),
+    ];
+    let confined: Vec<String> = vec![
+        format!("cat {s}"),
+        format!("cat {}", home_secret.display()),
+        format!("touch {}", outside.display()),
+        "ls -a /tmp".into(),
+        "touch .vscode/tasks.json".into(),
+        "tee .vscode/settings.json".into(),
+    ];
+    // Few execs (each `lazaret exec` costs a second or so), each a new
+    // session within the rate limit's burst.
+    let all: Vec<&String> = to_human.iter().chain(&confined).collect();
+    let burst = lazaret::coordinator::escalation::RequestLimits::default().burst as usize;
+    let mut out = String::new();
+    for (n, chunk) in all.chunks(burst).enumerate() {
+        let script: String = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, cmd)| format!("{ESC} -- {cmd} 2>&1; echo \"@@@ {} $?\"; ", n * burst + i))
+            .collect();
+        let (_, o, err) = run(&script);
+        assert!(!err.contains(SECRET), "{err}");
+        out.push_str(&o);
+    }
+    let err = "";
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{out}{err}");
+    let mut rest = out.as_str();
+    for (i, cmd) in all.iter().enumerate() {
+        let marker = format!("@@@ {i} ");
+        let at = rest
+            .find(&marker)
+            .unwrap_or_else(|| panic!("`{cmd}`: {out}"));
+        let said = &rest[..at];
+        let code: i32 = rest[at + marker.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        rest = &rest[at + marker.len()..];
+        if i < to_human.len() {
+            assert_eq!(code, 77, "`{cmd}` did not go to a human: {said}");
+            assert!(
+                said.contains("outside the workspace"),
+                "`{cmd}`: the reason is not shown: {said}"
+            );
+        } else {
+            // Auto-approved, and stopped by Landlock.
+            assert_ne!(code, 0, "`{cmd}` succeeded: {said}");
+            assert!(
+                said.contains("Permission denied"),
+                "`{cmd}` did not fail under Landlock: {said}"
+            );
+        }
+    }
+    assert!(!outside.exists(), "a write outside the workspace landed");
+    assert!(!d.ws().join(".vscode/tasks.json").exists());
+    assert!(!d.ws().join(".vscode/settings.json").exists());
+    // Inside the workspace: reading and writing work.
+    let (code, _, err) = run(&format!("{ESC} -- touch sub/inside"));
+    assert_eq!(code, 0, "{err}");
+    assert!(d.ws().join("sub/inside").exists());
+    let (code, _, err) = run(&format!("echo hi > sub/data && {ESC} -- cat sub/data"));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&format!("{ESC} -- tee sub/teed"));
+    assert_eq!(code, 0, "{err}");
+    assert!(d.ws().join("sub/teed").exists());
+    stop(h);
+}
+
+/// One session floods the Escalation Socket with 100 KB commands: beyond
+/// its burst the requests are refused at once with a clear error, and
+/// what the state store keeps of each is bounded (a hash and a preview).
+#[test]
+fn a_flood_of_requests_is_refused_beyond_the_limits() {
+    let d = Domain::new("gv");
+    let h = holder(&d);
+    let store = d.domain_root().join("state.redb");
+    let before = std::fs::metadata(&store).unwrap().len();
+    // 40 at once, as an agent in a loop with `&` would.
+    let script = format!(
+        "cd /workspace && big=$(head -c 100000 /dev/zero | tr '\\0' a); start=$(date +%s); \
+         for i in $(seq 40); do ({ESC} -- echo \"$big\" >/dev/null 2>/tmp/err$i; echo $? >/tmp/code$i) & done; wait; \
+         echo ok=$(cat /tmp/code* | grep -cx 0) limited=$(cat /tmp/err* | grep -c 'too many requests') secs=$(($(date +%s) - start)); \
+         cat /tmp/err* | grep -m1 'too many'"
+    );
+    let (code, out, err) = exec(&d, &script);
+    assert_eq!(code, 0, "{out}{err}");
+    let counts: Vec<u32> = out
+        .split_whitespace()
+        .take(3)
+        .map(|w| w.split('=').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let (ok, limited, secs) = (counts[0], counts[1], counts[2]);
+    assert_eq!(ok + limited, 40, "{out}");
+    // The burst, then 30 a minute.
+    let limits = lazaret::coordinator::escalation::RequestLimits::default();
+    assert!(
+        ok <= limits.burst + (secs + 1) * limits.per_minute / 60 + 1,
+        "{out}"
+    );
+    assert!(limited > 0, "{out}");
+    assert!(out.contains("nothing ran"), "{out}");
+    let after = std::fs::metadata(&store).unwrap().len();
+    // 40 x 100 KB commands, each stored at most as a 1 KB preview (stored
+    // whole, the issue measured 6 MiB of store per such request).
+    assert!(
+        after - before < 8 << 20,
+        "the store grew by {} bytes",
+        after - before
+    );
+    assert!(after < lazaret::coordinator::store::STORE_CAP);
+    let records = audit_kinds(&d);
+    let rate = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-refused" && r["data"]["stage"] == "rate")
+        .count();
+    assert_eq!(rate as u32, limited);
+    let request = records
+        .iter()
+        .find(|r| r["kind"] == "escalation-request")
+        .unwrap();
+    assert_eq!(request["data"]["command"]["bytes"], 100_005);
+    assert_eq!(
+        request["data"]["command"]["sha256"].as_str().unwrap().len(),
+        64
+    );
+    stop(h);
+}
+
+/// The human is asked about a command in `/workspace/sub`; while the
+/// prompt waits, the agent swaps `sub` for a symlink out of the workspace.
+/// The approved command runs in the directory that was checked (shown in
+/// the modal as its host path). Meanwhile the session may have only so
+/// many requests waiting: the rest are refused at once.
+#[test]
+fn the_working_directory_is_pinned_while_the_human_decides() {
+    let d = Domain::new("gv");
+    d.s.write("ws/sub/marker", "ORIGINAL-DIR");
+    d.s.write("marker", "OUTSIDE-DIR");
+    let t = d.tmux(160, 40, "shell gv", None);
+    t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
+    t.line(&format!(
+        "clear; cd /workspace/sub; ({ESC} --justify swap-test -- cat marker; echo FIRST=$?) >/tmp/first 2>&1 & \
+         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
+         wait; echo ALL-DONE"
+    ));
+    let s = t.wait_for(20, "the modal", |s| modal_with(s, "swap-test"));
+    let host_sub = d.ws().join("sub");
+    assert!(s.contains(&host_sub.display().to_string()), "{s}");
+    let (code, _, err) = d.sh("mv /workspace/sub /workspace/sub.old && ln -s .. /workspace/sub");
+    assert_eq!(code, 0, "{err}");
+    // The extras: three wait (with swap-test, four), three are refused.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let (_, out, _) = d.sh("cat /tmp/e* 2>/dev/null | grep -c 'waiting for its human'");
+        let n: usize = out.trim().parse().unwrap_or(0);
+        if n >= 3 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(refused, 3);
+    t.send(&["a"]);
+    for _ in 0..3 {
+        t.wait_for(20, "the next modal", |s| modal_with(s, "extra"));
+        t.send(&["d"]);
+        t.send(&["Enter"]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    t.wait_for(30, "every request answered", |s| s.contains("ALL-DONE"));
+    let (_, first, _) = d.sh("cat /tmp/first");
+    assert!(first.contains("ORIGINAL-DIR"), "{first}");
+    assert!(first.contains("FIRST=0"), "{first}");
+    assert!(!first.contains("OUTSIDE-DIR"), "{first}");
+    let (_, codes, _) = d.sh("cat /tmp/c*");
+    assert_eq!(codes.lines().filter(|c| *c == "77").count(), 6, "{codes}");
+    t.line("exit 0");
+    t.wait_exit(30, "lazaret shell");
+}
+
+/// The escalate crate's classification corpus (characters that force a
+/// human, program and prefix tricks, paths out of the workspace) against
+/// the Session Coordinator's real pipeline: signed requests from the host
+/// to the real Escalation Socket, judged with the corpus's whitelist. With
+/// no human attached every one is denied, with the corpus's reason.
+#[test]
+fn the_classification_corpus_holds_against_the_real_coordinator() {
+    use lazaret_escalate::classify::CharClass;
+    let d = Domain::new("gv");
+    let rules: Vec<String> = corpus::RULES.iter().map(|r| r.to_string()).collect();
+    set_auto_approve(&d, &rules);
+    let h = holder(&d);
+    let mut cases: Vec<(String, String)> = corpus::characters()
+        .iter()
+        .map(|(cmd, class)| {
+            let what = match class {
+                CharClass::Metacharacter => "a shell metacharacter",
+                CharClass::Control => "a control character",
+                CharClass::Hidden => "an invisible or layout-changing character",
+            };
+            (cmd.to_string(), what.to_string())
+        })
+        .collect();
+    for (args, want) in corpus::programs() {
+        let cmd = match args {
+            ["--", rest @ ..] => lazaret_escalate::classify::join(rest),
+            [one] => one.to_string(),
+            many => lazaret_escalate::classify::join(many),
+        };
+        cases.push((cmd, want.to_string()));
+    }
+    // One session per rate-limit burst.
+    let burst = lazaret::coordinator::escalation::RequestLimits::default().burst as usize;
+    for chunk in cases.chunks(burst) {
+        let c = HostClient::new(&d);
+        for (cmd, want) in chunk {
+            let r = c.send(&c.request(cmd)).expect("an answer");
+            assert_eq!(r.status, Status::Denied, "{cmd:?}: {r:?}");
+            let reason = r.denied_reason.unwrap_or_default();
+            assert!(reason.contains(want.as_str()), "{cmd:?}: {reason}");
+        }
+    }
+    // The control: the corpus's whitelist runs on this server.
+    let c = HostClient::new(&d);
+    d.s.mkdir("ws/sub");
+    let mut r = c.request("touch sub/ok");
+    r.cwd = "/workspace".into();
+    let r = c.send(&r).expect("an answer");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert!(d.ws().join("sub/ok").exists());
+    let names: Vec<_> = std::fs::read_dir(d.ws())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!names.iter().any(|n| n == "canary"), "{names:?}");
+    assert!(!d.s.path().join("canary").exists());
     stop(h);
 }

@@ -29,14 +29,18 @@
 //!
 //! The command is split with `shell_words` (POSIX quoting, no expansion);
 //! for strings free of the characters above it agrees with `sh` (tested
-//! differentially). A request auto-approves when some whitelist entry's
-//! argv is a prefix of the request's argv, compared element by element
-//! with whole-string equality: entry `ls` approves `ls`, `ls -la` and
-//! `ls /tmp`, but never `lsblk`; entry `ls -la` approves `ls -la` and
-//! `ls -la src` but not `ls -laR` nor `ls -l -a`. Arguments after the
-//! entry's are allowed, as the spec says, which is why entries naming
-//! programs that can run code (`find -exec`, `git`, shells, ...) are
-//! refused when the configuration loads.
+//! differentially). An entry matches the request's **whole** argv,
+//! element by element with whole-string equality (decisions.md D9): entry
+//! `ls -la` approves `ls -la` and nothing else, not `ls -la src`, `ls
+//! -laR` nor `ls -l -a`. A prefix match is written explicitly, with a
+//! last word `*`: entry `ls -la *` approves `ls -la` followed by any
+//! arguments. Even then, an argument after the entry's own words that
+//! names a path outside the workspace sends the request to a human
+//! ([`HumanReason::PathOutsideWorkspace`]): an absolute path, `..`, a URL,
+//! a path inside an option (`--file=/x`, `-f/x`, `@/x`, `key=/x`,
+//! `host:/x`), and, through the [`PathProbe`] the host passes, a relative
+//! path that leads out through a symlink. The ban list of programs that
+//! run code (in the configuration) is the second line, not the first.
 //!
 //! argv\[0\] must be a bare name: a request whose argv\[0\] contains `/`
 //! never auto-approves, and one containing `=` is a shell assignment. The
@@ -226,7 +230,9 @@ pub fn resolve_program_in(name: &str, dirs: &[&Path]) -> Option<PathBuf> {
 pub enum RuleError {
     #[error("entry {index} is empty")]
     Empty { index: usize },
-    #[error("entry {index} contains {ch:?}, which forces a human")]
+    #[error(
+        "entry {index} contains {ch:?}, which forces a human (only a last word `*` is allowed: it marks a prefix entry)"
+    )]
     ForcingCharacter { index: usize, ch: char },
     #[error("entry {index}: `{program}` is not a bare program name")]
     NotBare { index: usize, program: String },
@@ -234,10 +240,27 @@ pub enum RuleError {
     NotFound { index: usize, program: String },
 }
 
+/// The word that, last in an entry, makes it a prefix entry.
+pub const PREFIX_MARK: &str = "*";
+
 #[derive(Debug, Clone)]
 struct Rule {
+    /// The entry's words, without a trailing [`PREFIX_MARK`].
     argv: Vec<String>,
+    /// More arguments may follow `argv`.
+    prefix: bool,
+    /// The command may use TCP (the entry opted in).
+    network: bool,
     program: PathBuf,
+}
+
+/// What an entry matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matched<'a> {
+    pub program: &'a Path,
+    /// How many leading words the entry fixed; the rest came from the agent.
+    pub fixed: usize,
+    pub network: bool,
 }
 
 /// The auto-approve whitelist, each entry's program resolved once.
@@ -248,8 +271,9 @@ pub struct AutoApproveRules {
 
 impl AutoApproveRules {
     /// Builds the list from argv entries (the configuration's
-    /// `auto_approve`, already split). Entries that fail the rules are
-    /// left out and returned, so the caller decides whether that is fatal.
+    /// `auto_approve`, already split; a last word [`PREFIX_MARK`] makes a
+    /// prefix entry). Entries that fail the rules are left out and
+    /// returned, so the caller decides whether that is fatal.
     pub fn new<I, A, S>(entries: I) -> (Self, Vec<RuleError>)
     where
         I: IntoIterator<Item = A>,
@@ -270,26 +294,57 @@ impl AutoApproveRules {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
         for (index, entry) in entries.into_iter().enumerate() {
-            let argv: Vec<String> = entry
+            let mut argv: Vec<String> = entry
                 .as_ref()
                 .iter()
                 .map(|s| s.as_ref().to_string())
                 .collect();
+            let prefix = argv.len() > 1 && argv.last().is_some_and(|w| w == PREFIX_MARK);
+            if prefix {
+                argv.pop();
+            }
             match check_rule(index, &argv, dirs) {
-                Ok(program) => rules.push(Rule { argv, program }),
+                Ok(program) => rules.push(Rule {
+                    argv,
+                    prefix,
+                    network: false,
+                    program,
+                }),
                 Err(e) => errors.push(e),
             }
         }
         (AutoApproveRules { rules }, errors)
     }
 
-    /// The resolved program of the first entry whose argv is a prefix of
-    /// `argv`.
-    pub fn matching(&self, argv: &[String]) -> Option<&Path> {
+    /// Lets the entries among `entries` (argv as given to [`new`](Self::new),
+    /// with their [`PREFIX_MARK`]) use TCP.
+    pub fn with_network(mut self, entries: &[Vec<String>]) -> Self {
+        for r in &mut self.rules {
+            let mut words = r.argv.clone();
+            if r.prefix {
+                words.push(PREFIX_MARK.to_string());
+            }
+            r.network = entries.contains(&words);
+        }
+        self
+    }
+
+    /// The entry matching `argv`: one that is the whole argv first, else
+    /// the first prefix entry whose words lead it.
+    pub fn matching(&self, argv: &[String]) -> Option<Matched<'_>> {
         self.rules
             .iter()
-            .find(|r| argv.len() >= r.argv.len() && r.argv.iter().zip(argv).all(|(a, b)| a == b))
-            .map(|r| r.program.as_path())
+            .find(|r| r.argv[..] == argv[..])
+            .or_else(|| {
+                self.rules.iter().find(|r| {
+                    r.prefix && argv.len() > r.argv.len() && r.argv[..] == argv[..r.argv.len()]
+                })
+            })
+            .map(|r| Matched {
+                program: &r.program,
+                fixed: r.argv.len(),
+                network: r.network,
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -335,8 +390,26 @@ pub enum HumanReason {
     AssignmentAsProgram,
     /// argv\[0\] is a path, not a bare name.
     ProgramHasPath,
-    /// No whitelist entry is a prefix of the request.
+    /// No whitelist entry matches the request.
     NotWhitelisted,
+    /// A prefix entry matched, but argument `arg` (counting argv\[0\] as 0)
+    /// names a path outside the workspace.
+    PathOutsideWorkspace { arg: usize, why: OutsideWhy },
+}
+
+/// How an argument names a path outside the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutsideWhy {
+    /// It is or contains an absolute path.
+    Absolute,
+    /// It climbs with `..`.
+    DotDot,
+    /// It is or contains a URL (`file:///x`, `https://...`).
+    Url,
+    /// It starts with `~` (the host's home).
+    Home,
+    /// It leads out of the workspace through a symlink.
+    Symlink,
 }
 
 impl fmt::Display for HumanReason {
@@ -372,6 +445,19 @@ impl fmt::Display for HumanReason {
                 f.write_str("names its program by path, not by bare name")
             }
             HumanReason::NotWhitelisted => f.write_str("matches no auto-approve entry"),
+            HumanReason::PathOutsideWorkspace { arg, why } => {
+                let what = match why {
+                    OutsideWhy::Absolute => "an absolute path",
+                    OutsideWhy::DotDot => "`..`",
+                    OutsideWhy::Url => "a URL",
+                    OutsideWhy::Home => "`~`",
+                    OutsideWhy::Symlink => "a symlink that leads out of the workspace",
+                };
+                write!(
+                    f,
+                    "has argument {arg} naming a path outside the workspace ({what}); auto-approved commands only touch the workspace"
+                )
+            }
         }
     }
 }
@@ -396,8 +482,77 @@ pub enum Decision {
     },
 }
 
-/// Classifies a command (also an edited one: re-classify after every edit).
+/// Tells whether a relative path (as the command would see it from its
+/// working directory) leads out of the workspace through a symlink. The
+/// host implements it against the pinned working directory.
+pub trait PathProbe {
+    fn leads_out(&self, relative: &str) -> bool;
+}
+
+/// A probe for callers without a filesystem view: nothing leads out by
+/// symlink (the lexical checks still apply).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lexical;
+
+impl PathProbe for Lexical {
+    fn leads_out(&self, _: &str) -> bool {
+        false
+    }
+}
+
+/// The strings inside `arg` that a program may take as a path: the whole
+/// argument, an option's value (`--file=X`, `-fX`, `-abcX`), and whatever
+/// follows `=`, `:`, `@` or `,` (`key=X`, `host:X`, `@X`, `a,X`).
+pub fn path_candidates(arg: &str) -> Vec<&str> {
+    let mut out = vec![arg];
+    // Short options may carry their value glued on, after any cluster of
+    // flags: every suffix is a candidate.
+    if let Some(rest) = arg.strip_prefix('-').filter(|r| !r.starts_with('-')) {
+        out.extend(rest.char_indices().skip(1).map(|(i, _)| &rest[i..]));
+    }
+    out.extend(
+        arg.char_indices()
+            .filter(|(_, c)| matches!(c, '=' | ':' | '@' | ','))
+            .map(|(i, c)| &arg[i + c.len_utf8()..]),
+    );
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+/// Why `arg` names a path outside the workspace, if it does.
+pub fn outside_workspace(arg: &str, probe: &dyn PathProbe) -> Option<OutsideWhy> {
+    let lower = arg.to_ascii_lowercase();
+    if lower.contains("://") || lower.starts_with("file:") || lower.contains("=file:") {
+        return Some(OutsideWhy::Url);
+    }
+    let candidates = path_candidates(arg);
+    if candidates.iter().any(|c| c.starts_with('/')) {
+        return Some(OutsideWhy::Absolute);
+    }
+    if candidates.iter().any(|c| c.starts_with('~')) {
+        return Some(OutsideWhy::Home);
+    }
+    if candidates
+        .iter()
+        .any(|c| c.split('/').any(|part| part == ".."))
+    {
+        return Some(OutsideWhy::DotDot);
+    }
+    if candidates.iter().any(|c| probe.leads_out(c)) {
+        return Some(OutsideWhy::Symlink);
+    }
+    None
+}
+
+/// Classifies a command (also an edited one: re-classify after every edit)
+/// with the lexical path checks only (see [`classify_with`]).
 pub fn classify(command: &str, rules: &AutoApproveRules) -> Decision {
+    classify_with(command, rules, &Lexical)
+}
+
+/// Classifies a command; `probe` finds arguments that lead out of the
+/// workspace through symlinks.
+pub fn classify_with(command: &str, rules: &AutoApproveRules, probe: &dyn PathProbe) -> Decision {
     let human = |reason, argv: Option<Vec<String>>| Decision::NeedsHuman {
         reason,
         via_shell: argv.is_none(),
@@ -422,12 +577,21 @@ pub fn classify(command: &str, rules: &AutoApproveRules) -> Decision {
     if program.contains('/') {
         return human(HumanReason::ProgramHasPath, Some(argv));
     }
-    match rules.matching(&argv) {
-        Some(path) => Decision::AutoApprove {
-            program_path: path.to_path_buf(),
-            argv,
-        },
-        None => human(HumanReason::NotWhitelisted, Some(argv)),
+    let Some(m) = rules.matching(&argv) else {
+        return human(HumanReason::NotWhitelisted, Some(argv));
+    };
+    // The words the user wrote are trusted; the agent's are checked.
+    if let Some((arg, why)) = argv
+        .iter()
+        .enumerate()
+        .skip(m.fixed)
+        .find_map(|(i, a)| outside_workspace(a, probe).map(|w| (i, w)))
+    {
+        return human(HumanReason::PathOutsideWorkspace { arg, why }, Some(argv));
+    }
+    Decision::AutoApprove {
+        program_path: m.program.to_path_buf(),
+        argv,
     }
 }
 

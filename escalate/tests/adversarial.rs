@@ -11,8 +11,8 @@ mod common;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
-use common::{FrameKind, HOUR, Harness, Options, Outcome, frame, run, text};
-use lazaret_escalate::classify::{CharClass, Decision, HumanReason};
+use common::{FrameKind, HOUR, Harness, Options, Outcome, corpus, frame, run, text};
+use lazaret_escalate::classify::{self, Decision, HumanReason};
 use lazaret_escalate::protocol::{self, MAX_REQUEST_FRAME, Request, Status};
 use lazaret_escalate::signing::{self, SessionKey, VerifyError};
 use lazaret_escalate::trust::{self, ALPN, IdentityError, SandboxIdentity, TrustAnchor};
@@ -677,46 +677,10 @@ fn replayed_request_ids_run_once() {
 #[test]
 fn metacharacters_and_hidden_characters_never_auto_approve() {
     let h = Harness::with(Options::deny_all());
-    use CharClass::{Control, Hidden, Metacharacter};
-    let cases: &[(&str, CharClass)] = &[
-        ("true;touch canary", Metacharacter),
-        ("true|touch canary", Metacharacter),
-        ("true&touch canary", Metacharacter),
-        ("true&&touch canary", Metacharacter),
-        ("true $(touch canary)", Metacharacter),
-        ("true ${x:=y}", Metacharacter),
-        ("touch $HOME", Metacharacter),
-        ("true `touch canary`", Metacharacter),
-        ("(touch canary)", Metacharacter),
-        ("touch canary>x", Metacharacter),
-        ("touch canary<x", Metacharacter),
-        ("true\ntouch canary", Metacharacter),
-        ("touch canary\r", Metacharacter),
-        ("touch can\\ary", Metacharacter),
-        ("touch canary*", Metacharacter),
-        ("touch canar?", Metacharacter),
-        ("touch [c]anary", Metacharacter),
-        ("touch {a,b}", Metacharacter),
-        ("touch ~/canary", Metacharacter),
-        ("touch canary #x", Metacharacter),
-        ("! touch canary", Metacharacter),
-        ("touch\tcanary", Control),
-        ("touch canary\u{1b}[2K", Control),
-        ("touch canary\u{7f}", Control),
-        ("touch canary\u{9b}", Control),
-        ("touch canary\u{7}", Control),
-        ("touch canary\u{202e}", Hidden),
-        ("touch canary\u{2066}", Hidden),
-        ("touch canary\u{200b}", Hidden),
-        ("touch canary\u{200d}", Hidden),
-        ("touch canary\u{feff}", Hidden),
-        ("touch\u{a0}canary", Hidden),
-        ("touch canary\u{e0041}", Hidden),
-        ("touch canary\u{fe0f}", Hidden),
-    ];
+    let cases = corpus::characters();
     for (command, class) in cases {
         let mut c = h.client();
-        c.arg(command);
+        c.arg(*command);
         let out = run(c);
         assert_eq!(
             out.status.code(),
@@ -740,23 +704,14 @@ fn metacharacters_and_hidden_characters_never_auto_approve() {
 #[test]
 fn prefix_and_program_tricks_never_auto_approve() {
     let h = Harness::with(Options {
-        rules: vec![vec!["touch".into()], vec!["ls".into(), "-la".into()]],
+        rules: corpus::RULES
+            .iter()
+            .map(|r| classify::split(r).unwrap())
+            .collect(),
         ..Options::deny_all()
     });
-    let cases: &[(&[&str], HumanReason)] = &[
-        (&["lsblk"], HumanReason::NotWhitelisted),
-        (&["touchx canary"], HumanReason::NotWhitelisted),
-        (&["ls"], HumanReason::NotWhitelisted),
-        (&["ls -laR"], HumanReason::NotWhitelisted),
-        (&["ls -l -a"], HumanReason::NotWhitelisted),
-        (&["--", "ls -la", "x"], HumanReason::NotWhitelisted),
-        (&["./touch canary"], HumanReason::ProgramHasPath),
-        (&["../bin/touch canary"], HumanReason::ProgramHasPath),
-        (&["/usr/bin/touch canary"], HumanReason::ProgramHasPath),
-        (&["TOUCH=1 touch canary"], HumanReason::AssignmentAsProgram),
-        (&["touch 'canary"], HumanReason::Unparseable),
-    ];
-    for (args, want) in cases {
+    let cases = corpus::programs();
+    for (args, want) in &cases {
         let mut c = h.client();
         c.args(*args);
         let out = run(c);

@@ -24,7 +24,7 @@ fn is_auto(d: &Decision) -> bool {
 
 #[test]
 fn every_forcing_character_on_the_auto_approve_path_needs_a_human() {
-    let r = rules(&["ls", "echo"]);
+    let r = rules(&["ls *", "echo *"]);
     assert!(is_auto(&classify("ls -la", &r)), "control case");
     let cases: &[(&str, CharClass)] = &[
         // Spec §5.2.1, one by one.
@@ -91,15 +91,14 @@ fn every_forcing_character_on_the_auto_approve_path_needs_a_human() {
 }
 
 #[test]
-fn prefix_matching_is_by_whole_words() {
-    let r = rules(&["ls", "ls -la", "cat README.md", "printf x"]);
+fn entries_match_the_whole_argv_unless_they_end_in_a_star() {
+    let r = rules(&["ls", "ls -la *", "cat README.md", "printf x *"]);
     let auto = [
         "ls",
-        "ls -laR",
-        "ls /tmp",
+        "ls -la",
+        "ls -la src",
         "'ls' -la",
         "cat README.md",
-        "cat README.md other",
         "printf x y",
         "\"printf\" 'x'",
     ];
@@ -107,6 +106,10 @@ fn prefix_matching_is_by_whole_words() {
         assert!(is_auto(&classify(c, &r)), "{c}");
     }
     let human = [
+        // Exact entries take nothing after them.
+        ("ls src", HumanReason::NotWhitelisted),
+        ("ls -laR", HumanReason::NotWhitelisted),
+        ("cat README.md other", HumanReason::NotWhitelisted),
         ("lsblk", HumanReason::NotWhitelisted),
         ("lsof -i", HumanReason::NotWhitelisted),
         ("cat", HumanReason::NotWhitelisted),
@@ -127,16 +130,88 @@ fn prefix_matching_is_by_whole_words() {
             d => panic!("{c}: {d:?}"),
         }
     }
-    let only_la = rules(&["ls -la"]);
-    assert!(is_auto(&classify("ls -la src", &only_la)));
-    for c in ["ls", "ls -laR", "ls -l -a", "ls -la; id", "ls -al"] {
-        assert!(!is_auto(&classify(c, &only_la)), "{c}");
+    for c in ["ls -laR", "ls -l -a", "ls -la; id", "ls -al"] {
+        assert!(!is_auto(&classify(c, &r)), "{c}");
     }
+    // `*` anywhere but last is refused, as is a lone `*`.
+    let (_, errors) = AutoApproveRules::new([vec!["ls", "*", "-la"], vec!["*"]]);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+#[test]
+fn agent_arguments_naming_paths_outside_the_workspace_need_a_human() {
+    use lazaret_escalate::classify::{OutsideWhy, PathProbe, classify_with};
+    let r = rules(&["date *", "cat *", "curl -sS *", "ls /etc"]);
+    let cases = [
+        ("date -f /home/u/.ssh/id_ed25519", 2, OutsideWhy::Absolute),
+        ("date --file=/etc/shadow", 1, OutsideWhy::Absolute),
+        ("date -f/x", 1, OutsideWhy::Absolute),
+        ("date -uf/x", 1, OutsideWhy::Absolute),
+        ("cat @/x", 1, OutsideWhy::Absolute),
+        ("cat key=/x", 1, OutsideWhy::Absolute),
+        ("cat host:/x", 1, OutsideWhy::Absolute),
+        ("cat a,/x", 1, OutsideWhy::Absolute),
+        ("cat ../secret", 1, OutsideWhy::DotDot),
+        ("cat sub/../../secret", 1, OutsideWhy::DotDot),
+        ("cat --in=..", 1, OutsideWhy::DotDot),
+        ("cat -f..", 1, OutsideWhy::DotDot),
+        ("curl -sS file:///etc/passwd", 2, OutsideWhy::Url),
+        ("curl -sS FILE:etc/passwd", 2, OutsideWhy::Url),
+        ("curl -sS https://example.invalid/", 2, OutsideWhy::Url),
+        ("cat --file=file:x", 1, OutsideWhy::Url),
+    ];
+    for (c, arg, why) in cases {
+        match classify(c, &r) {
+            Decision::NeedsHuman {
+                reason: HumanReason::PathOutsideWorkspace { arg: a, why: w },
+                via_shell: false,
+                argv: Some(_),
+            } => assert_eq!((a, w), (arg, why), "{c}"),
+            d => panic!("{c}: {d:?}"),
+        }
+    }
+    let reason = HumanReason::PathOutsideWorkspace {
+        arg: 2,
+        why: OutsideWhy::Absolute,
+    };
+    assert!(reason.to_string().contains("argument 2"), "{reason}");
+    // Inside the workspace, and the user's own words, are fine.
+    for c in [
+        "cat src/main.rs",
+        "date -f dates.txt",
+        "cat -n a=b",
+        "ls /etc",
+    ] {
+        assert!(is_auto(&classify(c, &r)), "{c}");
+    }
+    // The host's probe finds symlinks that lead out.
+    struct Links;
+    impl PathProbe for Links {
+        fn leads_out(&self, p: &str) -> bool {
+            p == "link" || p.starts_with("link/")
+        }
+    }
+    for c in ["cat link", "cat link/x", "date -flink", "date --file=link"] {
+        assert!(
+            matches!(
+                classify_with(c, &r, &Links),
+                Decision::NeedsHuman {
+                    reason: HumanReason::PathOutsideWorkspace {
+                        why: OutsideWhy::Symlink,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{c}"
+        );
+    }
+    assert!(is_auto(&classify_with("cat linked", &r, &Links)));
 }
 
 #[test]
 fn auto_approval_names_the_trusted_program_and_keeps_argv() {
-    let r = rules(&["ls"]);
+    let r = rules(&["ls *"]);
     match classify("ls  -la   'a b'", &r) {
         Decision::AutoApprove { argv, program_path } => {
             assert_eq!(argv, ["ls", "-la", "a b"]);
@@ -336,7 +411,7 @@ proptest! {
 
     #[test]
     fn auto_approval_implies_every_invariant(s in near_whitelist()) {
-        let r = rules(&["ls", "ls -la", "echo hi", "printf"]);
+        let r = rules(&["ls *", "ls -la *", "echo hi *", "printf *"]);
         match classify(&s, &r) {
             Decision::AutoApprove { argv, program_path } => {
                 prop_assert!(first_forcing(&s).is_none());
@@ -360,7 +435,7 @@ proptest! {
         c in forcing_char(),
         at in any::<proptest::sample::Index>(),
     ) {
-        let r = rules(&["ls", "ls -la", "echo hi", "printf"]);
+        let r = rules(&["ls *", "ls -la *", "echo hi *", "printf *"]);
         let cuts: Vec<usize> = (0..=s.len()).filter(|i| s.is_char_boundary(*i)).collect();
         let i = cuts[at.index(cuts.len())];
         let mut t = s;

@@ -230,11 +230,14 @@ pub struct EscalationConfig {
     pub auto_approve: Vec<AutoApprove>,
 }
 
-/// One `auto_approve` entry, split into its argument vector.
+/// One `auto_approve` entry, split into its argument vector (a last word
+/// `*` marks a prefix entry, decisions.md D9).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AutoApprove {
     pub raw: String,
     pub argv: Vec<String>,
+    /// From `auto_approve_network`: the command may open TCP connections.
+    pub network: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -731,11 +734,18 @@ impl Config {
         let socket_dir = v
             .required(escalation.socket_dir.as_ref(), "escalation.socket_dir")
             .and_then(|raw| v.host_dir(raw, "escalation.socket_dir", &home));
-        let auto_approve = escalation
+        let mut auto_approve = escalation
             .auto_approve
             .as_ref()
-            .map(|l| v.auto_approve(l))
+            .map(|l| v.auto_approve(l, "escalation.auto_approve", false))
             .unwrap_or_default();
+        auto_approve.extend(
+            escalation
+                .auto_approve_network
+                .as_ref()
+                .map(|l| v.auto_approve(l, "escalation.auto_approve_network", true))
+                .unwrap_or_default(),
+        );
 
         let mut profiles = BTreeMap::new();
         for (name, raw) in &schema.profiles {
@@ -1267,14 +1277,15 @@ impl Validator<'_> {
         out
     }
 
-    fn auto_approve(&mut self, list: &[String]) -> Vec<AutoApprove> {
+    fn auto_approve(&mut self, list: &[String], key: &str, network: bool) -> Vec<AutoApprove> {
         let mut out = Vec::new();
         for (i, raw) in list.iter().enumerate() {
-            let key = format!("escalation.auto_approve[{i}]");
+            let key = format!("{key}[{i}]");
             match check_auto_approve(raw) {
                 Ok(argv) => out.push(AutoApprove {
                     raw: raw.clone(),
                     argv,
+                    network,
                 }),
                 Err(e) => self.push(&key, e, true),
             }
@@ -1525,17 +1536,24 @@ pub fn parse_cidr(raw: &str) -> Result<IpNet, String> {
     Ok(net)
 }
 
-/// Checks one `auto_approve` entry (decisions.md D5) and returns its argv.
+/// Checks one `auto_approve` entry (decisions.md D5, D9) and returns its
+/// argv; a last word `*` (a prefix entry) is kept as the last element.
 fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
+    use lazaret_escalate::classify::PREFIX_MARK;
+    // A prefix entry is written explicitly: `ls -la *`.
+    let (words, prefix) = match raw.trim_end().strip_suffix(PREFIX_MARK) {
+        Some(head) if head.ends_with(' ') && !head.trim().is_empty() => (head, true),
+        _ => (raw, false),
+    };
     // One definition of "forces a human" for entries and requests alike.
-    if lazaret_escalate::classify::has_forcing_characters(raw) {
+    if lazaret_escalate::classify::has_forcing_characters(words) {
         return Err(format!(
             "`{}` contains shell metacharacters or control characters; auto-approve entries are plain argument vectors",
             raw.escape_debug()
         ));
     }
-    let argv =
-        shell_words::split(raw).map_err(|e| format!("`{raw}` cannot be split into words: {e}"))?;
+    let mut argv = shell_words::split(words)
+        .map_err(|e| format!("`{raw}` cannot be split into words: {e}"))?;
     let Some(program) = argv.first() else {
         return Err("is empty".into());
     };
@@ -1556,6 +1574,9 @@ fn check_auto_approve(raw: &str) -> Result<Vec<String>, String> {
             "`{program}` can run arbitrary or workspace-controlled code ({reason}) and may never be auto-approved; remove it (such requests can still be approved by hand)"
         ));
     }
+    if prefix {
+        argv.push(PREFIX_MARK.to_string());
+    }
     Ok(argv)
 }
 
@@ -1574,6 +1595,14 @@ mod tests {
     #[test]
     fn auto_approve_rules() {
         assert_eq!(check_auto_approve("ls -la").unwrap(), vec!["ls", "-la"]);
+        // A prefix entry is written with a last word `*`, nowhere else.
+        assert_eq!(
+            check_auto_approve("ls -la *").unwrap(),
+            vec!["ls", "-la", "*"]
+        );
+        assert!(check_auto_approve("ls * -la").is_err());
+        assert!(check_auto_approve("ls -la*").is_err());
+        assert!(check_auto_approve("*").is_err());
         assert!(
             check_auto_approve("git status")
                 .unwrap_err()
@@ -1686,7 +1715,7 @@ mod tests {
             "ls\u{7F}",
             "ls\u{9B}",
             "ls\n-la",
-            "ls *",
+            "ls * -l",
             "ls ~",
             "ls #x",
         ] {

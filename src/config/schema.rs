@@ -48,6 +48,8 @@ pub struct Escalation {
     pub enabled: Option<bool>,
     pub socket_dir: Option<String>,
     pub auto_approve: Option<Vec<String>>,
+    /// Like `auto_approve`, and the command may open TCP connections.
+    pub auto_approve_network: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]

@@ -1,16 +1,21 @@
-//! Host Escalation, host side (spec §5, decisions.md D3–D5): the Trust
+//! Host Escalation, host side (spec §5, decisions.md D3–D5, D9): the Trust
 //! Anchor, the Escalation Socket, the policy pipeline and host execution.
 //!
 //! Per connection: mTLS with the sandbox's certificate (exactly one URI SAN,
 //! the identity bound to this socket) → strict request decoding → the
-//! session's delegated signature → replay and timestamp checks → cwd
-//! mapping → classification → auto-approve, or the human of *that* session
-//! → execution → audit. Anything failing before classification gets an
-//! `error` answer and nothing runs.
+//! session's delegated signature → the session's rate budget → replay and
+//! timestamp checks → the working directory opened beneath the workspace
+//! (decisions.md D9) → classification (with a symlink probe on that
+//! directory) → the audit record → auto-approve, confined
+//! ([`confine`](super::confine)), or the human of *that* session (a few
+//! pending at most) → execution in the pinned directory → audit. Anything
+//! failing before classification, or a request that cannot be audited, gets
+//! an `error` answer and nothing runs.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lazaret_escalate::classify::{self, AutoApproveRules, Decision};
@@ -24,6 +29,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixListener;
 
+use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
 use super::store::{Store, hex};
 
 /// How long the Trust Anchor and its certificates live: a coordinator's
@@ -33,6 +39,39 @@ const CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The PATH approved commands run with (decisions.md D5).
 pub const TRUSTED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Bounds on the requests of one session (decisions.md D9).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    /// Requests a session may send at once before the rate applies.
+    pub burst: u32,
+    /// Requests per minute a session may send, sustained.
+    pub per_minute: u32,
+    /// Requests of a session that may wait for its human at once.
+    pub pending: usize,
+    /// Longer commands and justifications are stored as a hash and a
+    /// preview of this many bytes.
+    pub stored_text: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            burst: 10,
+            per_minute: 30,
+            pending: 4,
+            stored_text: 1024,
+        }
+    }
+}
+
+/// A per-session token bucket and pending count.
+#[derive(Debug)]
+struct Budget {
+    tokens: f64,
+    at: Instant,
+    pending: usize,
+}
 
 /// Limits on what an approved command may do.
 #[derive(Debug, Clone, Copy)]
@@ -160,10 +199,17 @@ pub struct EscalationServer {
     pub socket: PathBuf,
     host_workspace: PathBuf,
     rules: AutoApproveRules,
+    /// Landlock is there (else `rules` is empty: auto-approve is off).
+    pub support: Support,
     limits: ExecLimits,
+    requests: RequestLimits,
+    budgets: Mutex<HashMap<String, Budget>>,
     store: Arc<Store>,
-    audit: Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>,
+    audit: Arc<AuditFn>,
 }
+
+/// Appends an audit record; an error means it was not written.
+pub type AuditFn = dyn Fn(&'static str, serde_json::Value) -> Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for EscalationServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,10 +241,14 @@ pub struct Setup<'a> {
     pub certs_dir: &'a Path,
     /// The host folder that is `/workspace` in the sandbox.
     pub host_workspace: &'a Path,
+    /// Entries as argv; a last word `*` makes a prefix entry.
     pub auto_approve: &'a [Vec<String>],
+    /// The entries among `auto_approve` that may use TCP.
+    pub auto_approve_network: &'a [Vec<String>],
     pub limits: ExecLimits,
+    pub requests: RequestLimits,
     pub store: Arc<Store>,
-    pub audit: Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>,
+    pub audit: Arc<AuditFn>,
 }
 
 impl EscalationServer {
@@ -230,13 +280,24 @@ impl EscalationServer {
         // Entries were checked at configuration load; any refused here is
         // left out (and was reported there).
         let (rules, _) = AutoApproveRules::new(s.auto_approve);
+        let rules = rules.with_network(s.auto_approve_network);
+        // Never unconfined: without Landlock nothing auto-approves.
+        let support = confine::probe();
+        let rules = if support.available() {
+            rules
+        } else {
+            AutoApproveRules::default()
+        };
         Ok(EscalationServer {
             identity,
             acceptor,
             socket: s.escalation_dir.join("escalate.sock"),
             host_workspace: s.host_workspace.to_path_buf(),
             rules,
+            support,
             limits: s.limits,
+            requests: s.requests,
+            budgets: Mutex::new(HashMap::new()),
             store: s.store,
             audit: s.audit,
         })
@@ -261,8 +322,53 @@ impl EscalationServer {
         }))
     }
 
-    fn audit(&self, kind: &'static str, data: serde_json::Value) {
-        (self.audit)(kind, data);
+    fn audit(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
+        (self.audit)(kind, data)
+    }
+
+    /// Takes one request from the session's rate budget.
+    fn admit(&self, session: &str) -> Result<(), String> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let burst = f64::from(self.requests.burst.max(1));
+        let b = budgets.entry(session.to_string()).or_insert(Budget {
+            tokens: burst,
+            at: now,
+            pending: 0,
+        });
+        let refill =
+            now.duration_since(b.at).as_secs_f64() * f64::from(self.requests.per_minute) / 60.0;
+        b.tokens = (b.tokens + refill).min(burst);
+        b.at = now;
+        if b.tokens < 1.0 {
+            return Err(format!(
+                "this session sent too many requests (at most {} at once, then {} a minute); nothing ran, try again later",
+                self.requests.burst, self.requests.per_minute
+            ));
+        }
+        b.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Counts a request waiting for the session's human; `None` when the
+    /// session already has its maximum waiting.
+    fn enqueue(&self, session: &str) -> Option<PendingSlot<'_>> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let b = budgets.get_mut(session)?;
+        if b.pending >= self.requests.pending {
+            return None;
+        }
+        b.pending += 1;
+        Some(PendingSlot {
+            server: self,
+            session: session.to_string(),
+        })
+    }
+
+    /// A command or justification as stored: whole when short, else its
+    /// hash, length and a preview.
+    fn stored(&self, text: &str) -> serde_json::Value {
+        bounded(text, self.requests.stored_text)
     }
 
     async fn handle(&self, stream: tokio::net::UnixStream, sessions: Arc<dyn SessionDirectory>) {
@@ -276,7 +382,7 @@ impl EscalationServer {
         {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                self.audit(
+                let _ = self.audit(
                     "escalation-refused",
                     serde_json::json!({ "stage": "tls", "error": e.to_string() }),
                 );
@@ -290,7 +396,7 @@ impl EscalationServer {
             {
                 Ok(Ok(req)) => req,
                 Ok(Err(e)) => {
-                    self.audit(
+                    let _ = self.audit(
                         "escalation-refused",
                         serde_json::json!({ "stage": "decode", "error": e.to_string() }),
                     );
@@ -324,7 +430,7 @@ impl EscalationServer {
     ) -> Response {
         let id = req.request_id.clone();
         let refuse = |stage: &str, why: String| {
-            self.audit(
+            let _ = self.audit(
                 "escalation-refused",
                 serde_json::json!({ "stage": stage, "request_id": id, "session_id": req.session_id, "error": why }),
             );
@@ -345,6 +451,9 @@ impl EscalationServer {
                 Ok(v) => v,
                 Err(e) => return refuse("signature", e.to_string()),
             };
+        if let Err(why) = self.admit(&req.session_id) {
+            return refuse("rate", why);
+        }
         let replay_key = hex(&verified.replay_key());
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.first_sighting(&replay_key)).await {
@@ -363,27 +472,86 @@ impl EscalationServer {
             Ok(c) => c,
             Err(e) => return refuse("cwd", e.to_string()),
         };
-        let decision = classify::classify(&req.command, &self.rules);
-        self.audit(
+        // Opened now, beneath the workspace; the command runs in this
+        // directory whatever the path names by the time it runs.
+        // (Opened per request: in isolated mode the folder is created
+        // after the socket.)
+        let root = match WorkspaceRoot::open(&self.host_workspace) {
+            Ok(r) => r,
+            Err(e) => {
+                return refuse(
+                    "cwd",
+                    format!(
+                        "the workspace {} cannot be opened: {e}",
+                        self.host_workspace.display()
+                    ),
+                );
+            }
+        };
+        let relative = cwd
+            .strip_prefix(&self.host_workspace)
+            .unwrap_or(Path::new(""));
+        let pinned = match root.pin(relative) {
+            Ok(p) => p,
+            Err(e) => return refuse("cwd", e.to_string()),
+        };
+        let decision = classify::classify_with(&req.command, &self.rules, &root.probe(&pinned));
+        // A request that cannot be audited does not run.
+        if let Err(e) = self.audit(
             "escalation-request",
             serde_json::json!({
                 "request_id": id, "session_id": req.session_id, "profile": req.profile,
-                "cwd": req.cwd, "host_cwd": cwd, "command": req.command,
-                "justification": req.justification, "timestamp": req.timestamp,
+                "cwd": req.cwd, "host_cwd": pinned.host, "command": self.stored(&req.command),
+                "justification": self.stored(&req.justification), "timestamp": req.timestamp,
                 "classification": describe(&decision),
             }),
-        );
-        let _ = self.store.put_request(&id, &serde_json::json!({ "session_id": req.session_id, "command": req.command, "cwd": req.cwd, "justification": req.justification }));
+        ) {
+            return Response::error(
+                &id,
+                format!(
+                    "request refused: it could not be written to the audit log ({e}); nothing ran"
+                ),
+            );
+        }
+        if let Err(e) = self.store.put_request(
+            &id,
+            &serde_json::json!({
+                "session_id": req.session_id, "command": self.stored(&req.command),
+                "cwd": req.cwd, "justification": self.stored(&req.justification),
+            }),
+        ) {
+            return refuse("store", e.to_string());
+        }
         match decision {
             Decision::AutoApprove { argv, program_path } => {
-                self.decided(&id, "auto-approved", &req.command, None);
+                if let Err(e) = self.decided(&id, "auto-approved", &req.command, None) {
+                    return Response::error(&id, e);
+                }
+                let network = self.rules.matching(&argv).is_some_and(|m| m.network);
+                let confinement = match root.ruleset(network).and_then(|ruleset| {
+                    Ok(Confinement {
+                        ruleset,
+                        seccomp: confine::seccomp(network)?,
+                    })
+                }) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return Response::error(
+                            &id,
+                            format!(
+                                "the auto-approved command was not run: its confinement could not be prepared ({e})"
+                            ),
+                        );
+                    }
+                };
                 self.run(
                     &id,
                     Exec::Direct {
                         program: program_path,
                         args: argv[1..].to_vec(),
                     },
-                    &cwd,
+                    &pinned,
+                    Some(confinement),
                     None,
                 )
                 .await
@@ -393,18 +561,27 @@ impl EscalationServer {
                 via_shell,
                 argv,
             } => {
+                let Some(_slot) = self.enqueue(&req.session_id) else {
+                    let why = format!(
+                        "this session already has {} requests waiting for its human; wait for an answer before sending more (nothing ran)",
+                        self.requests.pending
+                    );
+                    let _ = self.decided(&id, "denied", &req.command, Some(&why));
+                    return Response::denied(&id, why);
+                };
                 let prompt = Prompt {
                     request_id: id.clone(),
                     session_id: req.session_id.clone(),
                     profile: req.profile.clone(),
-                    cwd: req.cwd.clone(),
+                    // The host folder it will run in, as pinned now.
+                    cwd: pinned.host.display().to_string(),
                     justification: req.justification.clone(),
                     command: req.command.clone(),
                     via_shell,
                     reason: reason.to_string(),
                 };
                 let Some(answer) = sessions.ask(prompt) else {
-                    self.decided(
+                    let _ = self.decided(
                         &id,
                         "denied",
                         &req.command,
@@ -412,7 +589,9 @@ impl EscalationServer {
                     );
                     return Response::denied(
                         &id,
-                        "no human is attached to this session (it has no terminal), so nothing that needs approval can run",
+                        format!(
+                            "no human is attached to this session (it has no terminal), so nothing that needs approval can run; this one needs approval because the command {reason}"
+                        ),
                     );
                 };
                 let verdict = tokio::select! {
@@ -422,15 +601,18 @@ impl EscalationServer {
                     () = requester_gone => {
                         let why = "the requester went away before a decision";
                         sessions.withdraw(&req.session_id, &id, why);
-                        self.decided(&id, "withdrawn", &req.command, Some(why));
+                        // Nothing runs either way; a lost record only loses the note.
+                        let _ = self.decided(&id, "withdrawn", &req.command, Some(why));
                         return Response::denied(&id, why);
                     }
                 };
                 let response = match verdict {
                     Verdict::Approve => {
-                        self.decided(&id, "approved", &req.command, None);
+                        if let Err(e) = self.decided(&id, "approved", &req.command, None) {
+                            return Response::error(&id, e);
+                        }
                         match exec_for(&req.command, via_shell, argv) {
-                            Ok(exec) => self.run(&id, exec, &cwd, None).await,
+                            Ok(exec) => self.run(&id, exec, &pinned, None, None).await,
                             Err(e) => Response::error(&id, e),
                         }
                     }
@@ -442,9 +624,11 @@ impl EscalationServer {
                                 via_shell, argv, ..
                             } => (via_shell, argv),
                         };
-                        self.decided(&id, "edited", &command, None);
+                        if let Err(e) = self.decided(&id, "edited", &command, None) {
+                            return Response::error(&id, e);
+                        }
                         match exec_for(&command, via_shell, argv) {
-                            Ok(exec) => self.run(&id, exec, &cwd, Some(command)).await,
+                            Ok(exec) => self.run(&id, exec, &pinned, None, Some(command)).await,
                             Err(e) => Response::error(&id, e),
                         }
                     }
@@ -452,11 +636,11 @@ impl EscalationServer {
                         let reason = reason
                             .filter(|r| !r.trim().is_empty())
                             .unwrap_or_else(|| "denied by the human".into());
-                        self.decided(&id, "denied", &req.command, Some(&reason));
+                        let _ = self.decided(&id, "denied", &req.command, Some(&reason));
                         return Response::denied(&id, reason);
                     }
                     Verdict::Abort => {
-                        self.decided(
+                        let _ = self.decided(
                             &id,
                             "aborted",
                             &req.command,
@@ -471,21 +655,45 @@ impl EscalationServer {
         }
     }
 
-    fn decided(&self, id: &str, decision: &str, command: &str, reason: Option<&str>) {
+    /// Records a decision; an error (the audit log could not be written)
+    /// means the command must not run, and says so.
+    fn decided(
+        &self,
+        id: &str,
+        decision: &str,
+        command: &str,
+        reason: Option<&str>,
+    ) -> Result<(), String> {
+        // The exact argv when short; a hash and preview otherwise.
+        let argv = if command.len() <= self.requests.stored_text {
+            serde_json::json!(classify::split(command).ok())
+        } else {
+            serde_json::Value::Null
+        };
         let record = serde_json::json!({
-            "request_id": id, "decision": decision, "command": command,
-            "argv": classify::split(command).ok(), "reason": reason,
+            "request_id": id, "decision": decision, "command": self.stored(command),
+            "argv": argv, "reason": reason,
         });
-        let _ = self.store.put_decision(id, &record);
-        self.audit("escalation-decision", record);
+        let stored = self.store.put_decision(id, &record);
+        let audited = self.audit("escalation-decision", record);
+        stored.map_err(|e| e.to_string()).and(audited).map_err(|e| {
+            format!("the decision could not be written to the audit log ({e}); nothing ran")
+        })
     }
 
-    async fn run(&self, id: &str, exec: Exec, cwd: &Path, edited: Option<String>) -> Response {
+    async fn run(
+        &self,
+        id: &str,
+        exec: Exec,
+        cwd: &PinnedDir,
+        confinement: Option<Confinement>,
+        edited: Option<String>,
+    ) -> Response {
         let started = Instant::now();
-        let out = execute(&exec, cwd, self.limits).await;
+        let out = execute(&exec, cwd, confinement, self.limits).await;
         let resp = match out {
             Ok(o) => {
-                self.audit(
+                let _ = self.audit(
                     "escalation-result",
                     serde_json::json!({
                         "request_id": id, "exit_code": o.code, "timed_out": o.timed_out,
@@ -505,7 +713,7 @@ impl EscalationServer {
                     .with_truncated(o.truncated)
             }
             Err(e) => {
-                self.audit(
+                let _ = self.audit(
                     "escalation-result",
                     serde_json::json!({ "request_id": id, "error": e }),
                 );
@@ -517,6 +725,42 @@ impl EscalationServer {
             _ => resp,
         }
     }
+}
+
+/// Frees a session's pending slot when its request is answered.
+struct PendingSlot<'a> {
+    server: &'a EscalationServer,
+    session: String,
+}
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        let mut budgets = self
+            .server
+            .budgets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = budgets.get_mut(&self.session) {
+            b.pending = b.pending.saturating_sub(1);
+        }
+    }
+}
+
+/// `text` whole when at most `max` bytes, else its SHA-256, length and
+/// the first `max` bytes (cut at a character boundary).
+pub fn bounded(text: &str, max: usize) -> serde_json::Value {
+    if text.len() <= max {
+        return serde_json::Value::String(text.to_string());
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    serde_json::json!({
+        "sha256": sha256(text.as_bytes()),
+        "bytes": text.len(),
+        "preview": &text[..cut],
+    })
 }
 
 fn describe(d: &Decision) -> serde_json::Value {
@@ -577,9 +821,15 @@ pub struct Output {
     pub timed_out: bool,
 }
 
-/// Runs `exec` in `cwd` with a scrubbed environment, a time limit and
-/// output caps; the whole process group is killed at the limit.
-pub async fn execute(exec: &Exec, cwd: &Path, limits: ExecLimits) -> Result<Output, String> {
+/// Runs `exec` in the pinned `cwd` (by descriptor), under `confinement`
+/// when given, with a scrubbed environment, a time limit and output caps;
+/// the whole process group is killed at the limit.
+pub async fn execute(
+    exec: &Exec,
+    cwd: &PinnedDir,
+    confinement: Option<Confinement>,
+    limits: ExecLimits,
+) -> Result<Output, String> {
     let mut cmd = match exec {
         Exec::Direct { program, args } => {
             let mut c = tokio::process::Command::new(program);
@@ -593,8 +843,9 @@ pub async fn execute(exec: &Exec, cwd: &Path, limits: ExecLimits) -> Result<Outp
         }
     };
     let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
-    cmd.current_dir(cwd)
-        .env_clear()
+    let confined = confinement.is_some();
+    confine::prepare(&mut cmd, cwd, confinement).map_err(|e| e.to_string())?;
+    cmd.env_clear()
         .env("PATH", TRUSTED_PATH)
         .env("HOME", home)
         .env("LANG", "C.UTF-8")
@@ -604,7 +855,13 @@ pub async fn execute(exec: &Exec, cwd: &Path, limits: ExecLimits) -> Result<Outp
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let mut child = cmd.spawn().map_err(|e| match e.raw_os_error() {
+        Some(nix::libc::EPERM) if confined => {
+            "the confinement (Landlock, seccomp) could not be applied, so the command did not run"
+                .to_string()
+        }
+        _ => e.to_string(),
+    })?;
     let pid = child.id();
     let out = child.stdout.take().ok_or("no stdout")?;
     let err = child.stderr.take().ok_or("no stderr")?;

@@ -2,6 +2,7 @@
 //! Domain Anchor owning the sandbox, the state store and the sockets.
 
 pub mod client;
+pub mod confine;
 pub mod escalation;
 pub mod lock;
 pub mod protocol;

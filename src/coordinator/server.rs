@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+use super::confine;
 use super::escalation::{
-    EscalationServer, ExecLimits, Outcome, Prompt, SessionDirectory, Setup, ToHuman, Verdict,
+    EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory, Setup, ToHuman,
+    Verdict,
 };
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
@@ -438,6 +440,12 @@ fn start_escalation(
     let anchor = &shared.resolved.domain;
     let layout = shared.engine.layout(&shared.resolved)?;
     let argvs: Vec<Vec<String>> = cfg.auto_approve.iter().map(|a| a.argv.clone()).collect();
+    let network: Vec<Vec<String>> = cfg
+        .auto_approve
+        .iter()
+        .filter(|a| a.network)
+        .map(|a| a.argv.clone())
+        .collect();
     let audit_store = shared.store.clone();
     let server = EscalationServer::new(Setup {
         profile: anchor.profile(),
@@ -446,14 +454,22 @@ fn start_escalation(
         certs_dir: &anchor.certs_dir(&shared.engine.rundir),
         host_workspace: &layout.workspace_source,
         auto_approve: &argvs,
+        auto_approve_network: &network,
         limits: ExecLimits::default(),
+        requests: RequestLimits::default(),
         store: shared.store.clone(),
         audit: Arc::new(move |kind, data| {
-            if let Err(e) = audit_store.append(kind, data) {
+            audit_store.append(kind, data).map(|_| ()).map_err(|e| {
                 log(&format!("audit write failed: {e}"));
-            }
+                e.to_string()
+            })
         }),
     })?;
+    if let confine::Support::Missing(why) = &server.support {
+        log(&format!(
+            "auto-approve is off: host commands cannot be confined ({why}); every request goes to a human"
+        ));
+    }
     log(&format!(
         "escalation socket {} for {}",
         server.socket.display(),

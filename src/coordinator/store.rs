@@ -51,7 +51,16 @@ pub enum StoreError {
     },
     #[error("a record in the state store is not valid: {0}")]
     Corrupt(String),
+    #[error(
+        "the state store {path} reached its cap of {cap_mib} MiB, so nothing more is recorded and host escalations are refused; stop the domain (`lazaret down`) and move the file aside to keep its audit log"
+    )]
+    Full { path: PathBuf, cap_mib: u64 },
 }
+
+/// The size the state store may reach before writes are refused
+/// (decisions.md D9): requests are bounded in rate and stored size, so
+/// only a long-lived domain comes near it.
+pub const STORE_CAP: u64 = 256 << 20;
 
 /// One audit record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +157,7 @@ pub fn verify_chain(records: impl IntoIterator<Item = (u64, AuditRecord)>) -> Ve
 pub struct Store {
     db: Database,
     path: PathBuf,
+    cap: u64,
 }
 
 impl Store {
@@ -164,6 +174,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
+            cap: STORE_CAP,
         };
         store.migrate()?;
         Ok(store)
@@ -171,6 +182,24 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sets the size past which writes are refused (default [`STORE_CAP`]).
+    pub fn with_cap(mut self, bytes: u64) -> Self {
+        self.cap = bytes;
+        self
+    }
+
+    /// Refuses a write once the file has reached its cap.
+    fn room(&self) -> Result<(), StoreError> {
+        let size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        if size >= self.cap {
+            return Err(StoreError::Full {
+                path: self.path.clone(),
+                cap_mib: self.cap >> 20,
+            });
+        }
+        Ok(())
     }
 
     fn err(&self, e: impl std::fmt::Display) -> StoreError {
@@ -223,6 +252,7 @@ impl Store {
 
     /// Appends an audit record, chained to the last one.
     pub fn append(&self, kind: &str, data: serde_json::Value) -> Result<AuditRecord, StoreError> {
+        self.room()?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let record = {
             let mut audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
@@ -314,6 +344,7 @@ impl Store {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<(), StoreError> {
+        self.room()?;
         let bytes = serde_json::to_vec(value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         tx.open_table(table)
@@ -335,6 +366,7 @@ impl Store {
     /// Marks `request_id` as seen; `false` when it was seen before (a replay).
     /// Check and insert are one transaction.
     pub fn first_sighting(&self, request_id: &str) -> Result<bool, StoreError> {
+        self.room()?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let fresh = {
             let mut t = tx.open_table(SEEN_IDS).map_err(|e| self.err(e))?;
@@ -491,6 +523,31 @@ pub mod v1 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_store_refuses_writes_with_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let store = Store::open(&path).unwrap().with_cap(2 << 20);
+        let big = "x".repeat(64 * 1024);
+        let mut refused = None;
+        for i in 0..200 {
+            if let Err(e) = store.append("test", serde_json::json!({ "i": i, "pad": big })) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the cap was never reached");
+        assert!(matches!(e, StoreError::Full { .. }), "{e}");
+        assert!(e.to_string().contains("reached its cap of 2 MiB"), "{e}");
+        assert!(store.first_sighting("id").is_err());
+        // What was written is intact.
+        assert!(matches!(
+            store.verify().unwrap(),
+            Verification::Intact { .. }
+        ));
+        assert!(std::fs::metadata(&path).unwrap().len() < (2 << 20) + (1 << 20));
+    }
 
     fn rec(seq: u64, prev: &str, kind: &str) -> AuditRecord {
         let data = serde_json::json!({ "n": seq });

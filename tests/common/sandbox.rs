@@ -107,7 +107,7 @@ default_deny = []
 [escalation]
 enabled = true
 socket_dir = "{r}/sockets"
-auto_approve = ["echo", "true", "touch", "ls", "id -un", "pwd"]
+auto_approve = ["echo *", "true", "touch *", "ls *", "id -un", "pwd"]
 [profiles.gv]
 image = "{BASE_IMAGE}"
 persistent_dirs = ["/usr"]

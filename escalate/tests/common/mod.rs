@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod corpus;
+
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -124,7 +126,7 @@ impl Default for Options {
         Options {
             rules: ["touch", "echo", "true", "false", "ls", "printf"]
                 .iter()
-                .map(|p| vec![p.to_string()])
+                .map(|p| vec![p.to_string(), "*".to_string()])
                 .collect(),
             human: Box::new(|_, _| Answer::Approve),
             max_response: protocol::MAX_RESPONSE_FRAME,
