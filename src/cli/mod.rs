@@ -747,6 +747,15 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Limits are part of what a profile promises: say how each holds here.
+    let host = crate::engine::limits::HostSupport::detect(&Podman::default()).unwrap_or_default();
+    for p in config.profiles.values() {
+        println!("  limits of {}: {}", p.name, p.limits.summary());
+        let e = crate::engine::limits::Enforcement::of(&p.limits, p.runtime, &host);
+        for gap in e.gaps(&host) {
+            warnings.push(format!("profile {}: {gap}", p.name));
+        }
+    }
     for w in &warnings {
         println!("warning: {w}");
     }

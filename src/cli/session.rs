@@ -43,6 +43,9 @@ pub(crate) fn context(
 }
 
 fn announce(domain: &DomainStatus) {
+    for gap in &domain.limit_gaps {
+        eprintln!("lazaret: {gap}");
+    }
     if !domain.gvisor {
         eprintln!(
             "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",

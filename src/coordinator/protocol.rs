@@ -94,6 +94,12 @@ pub struct DomainStatus {
     /// Seconds since the coordinator started.
     pub uptime: u64,
     pub coordinator_pid: u32,
+    /// The sandbox's resource limits, for people (`memory 4 GiB, ...`).
+    #[serde(default)]
+    pub limits: String,
+    /// Limits this host does not apply, with why (never silent).
+    #[serde(default)]
+    pub limit_gaps: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

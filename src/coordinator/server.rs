@@ -52,6 +52,8 @@ struct Shared {
     pending: Mutex<BTreeMap<String, oneshot::Sender<Verdict>>>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
+    /// Limits this host does not apply (filled at boot).
+    limit_gaps: Mutex<Vec<String>>,
 }
 
 /// A connected session that holds the domain up.
@@ -143,6 +145,8 @@ impl Shared {
                 .collect(),
             uptime: self.started.elapsed().as_secs(),
             coordinator_pid: std::process::id(),
+            limits: self.resolved.profile.limits.summary(),
+            limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
         }
     }
 
@@ -259,6 +263,7 @@ async fn serve(
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
         shutdown: shutdown_tx,
+        limit_gaps: Mutex::new(Vec::new()),
     });
     shared
         .audit(
@@ -277,12 +282,22 @@ async fn serve(
 
     // Boot on the blocking pool, streaming steps to waiting sessions.
     let (stop_sync_tx, stop_sync_rx) = std::sync::mpsc::channel::<()>();
+    let (stop_watch_tx, stop_watch_rx) = std::sync::mpsc::channel::<()>();
     {
         let shared = shared.clone();
         tokio::spawn(async move {
             let s2 = shared.clone();
             let tx = boot_tx.clone();
             let result = tokio::task::spawn_blocking(move || {
+                let host = s2.engine.host_support();
+                let profile = &s2.resolved.profile;
+                let gaps =
+                    crate::engine::limits::Enforcement::of(&profile.limits, profile.runtime, &host)
+                        .gaps(&host);
+                for g in &gaps {
+                    log(g);
+                }
+                *s2.limit_gaps.lock().expect("lock") = gaps;
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
                     s2.boot_log.lock().expect("lock").push(step.to_string());
@@ -309,6 +324,7 @@ async fn serve(
                             }
                         });
                     }
+                    start_watchdog(&shared, stop_watch_rx);
                     shared
                         .audit(
                             "domain-up",
@@ -372,6 +388,7 @@ async fn serve(
     let anchor = s2.resolved.domain.clone();
     let down = tokio::task::spawn_blocking(move || s2.engine.down(&anchor)).await;
     let _ = stop_sync_tx.send(());
+    let _ = stop_watch_tx.send(());
     if let Some(t) = escalation_task {
         t.abort();
     }
@@ -391,6 +408,72 @@ async fn serve(
     }
     shared.audit("domain-down", serde_json::json!({})).await;
     Ok(())
+}
+
+/// How often the watchdog looks at the sandbox's processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Enforces the profile's memory and process limits where no cgroup does
+/// (engine::limits), and tears the domain down when its sandbox is gone.
+fn start_watchdog(shared: &Arc<Shared>, stop: std::sync::mpsc::Receiver<()>) {
+    use crate::engine::limits::{Verdict, show_size};
+    let profile = &shared.resolved.profile;
+    let dog = match shared
+        .engine
+        .watchdog(&shared.resolved.domain, profile.limits, profile.runtime)
+    {
+        Ok(d) => d,
+        Err(e) => {
+            log(&format!(
+                "cannot watch the sandbox's memory, stopping the domain: {e}"
+            ));
+            let _ = shared.shutdown.send(true);
+            return;
+        }
+    };
+    let shared = shared.clone();
+    let rt = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        loop {
+            if !matches!(
+                stop.recv_timeout(WATCH_INTERVAL),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            let (event, detail) = match dog.check() {
+                Verdict::Within(_) => continue,
+                Verdict::Gone => {
+                    log("the Agent Sandbox is gone; tearing the domain down");
+                    let _ = shared.shutdown.send(true);
+                    return;
+                }
+                Verdict::OverMemory { usage, killed } => (
+                    "limit-memory",
+                    serde_json::json!({
+                        "limit": dog.limits.memory, "rss": usage.rss, "killed_pid": killed,
+                        "message": format!(
+                            "the sandbox used {} of its {} memory limit: killed its biggest process (host pid {killed})",
+                            show_size(usage.rss), show_size(dog.limits.memory)
+                        ),
+                    }),
+                ),
+                Verdict::OverPids { usage } => (
+                    "limit-pids",
+                    serde_json::json!({
+                        "limit": dog.limits.pids, "processes": usage.processes,
+                        "message": format!(
+                            "the sandbox ran {} host processes, over its limit of {}: killed them all",
+                            usage.processes, dog.limits.pids
+                        ),
+                    }),
+                ),
+            };
+            log(detail["message"].as_str().unwrap_or(event));
+            let s = shared.clone();
+            rt.block_on(s.audit(event, detail));
+        }
+    });
 }
 
 fn start_escalation(

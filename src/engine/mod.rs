@@ -9,6 +9,7 @@
 //! by name.
 
 pub mod images;
+pub mod limits;
 pub mod mounts;
 pub mod podman;
 pub mod state_anchor;
@@ -498,6 +499,11 @@ impl Engine {
             "sandbox",
             resolved.profile.runtime.as_str(),
         ));
+        args.extend(limits::podman_args(
+            &resolved.profile.limits,
+            resolved.profile.runtime,
+            &self.host_support(),
+        ));
         for m in &table {
             args.extend(m.podman_args().map_err(EngineError::Mount)?);
         }
@@ -505,6 +511,29 @@ impl Engine {
         args.extend(["sleep".into(), "infinity".into()]);
         self.podman.run(&args)?;
         Ok(())
+    }
+
+    /// What this host lets podman enforce; nothing when podman cannot say
+    /// (every limit then falls back to what holds without cgroups).
+    pub fn host_support(&self) -> limits::HostSupport {
+        limits::HostSupport::detect(&self.podman).unwrap_or_default()
+    }
+
+    /// The watchdog for domain `anchor`'s running Agent Sandbox.
+    pub fn watchdog(
+        &self,
+        anchor: &DomainAnchor,
+        limits: limits::Limits,
+        runtime: Runtime,
+    ) -> Result<limits::Watchdog, EngineError> {
+        let id = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &anchor.sandbox_name(),
+        ])?;
+        Ok(limits::Watchdog::new(id.trim(), limits, runtime))
     }
 
     /// The sandbox must run under the runtime asked for: a silent downgrade
