@@ -6,10 +6,10 @@
 //! stops a hog under runc but not under runsc, and gVisor's own `/tmp` is a
 //! tmpfs sized at half the host's RAM. So a limit is applied by every
 //! mechanism the host offers, and the one that always holds is the Session
-//! Coordinator's [`Watchdog`]: it sums the resident memory of the
-//! container's host processes (for runsc the `runsc-sandbox` process, which
-//! holds the agent's memory, and its stubs) and kills over the limit, like
-//! the kernel's OOM killer would. Where a limit is not applied at all
+//! Coordinator's [`Watchdog`]: it sums what the container's host processes
+//! cost (their proportional share of mapped memory, plus the memfd in which
+//! `runsc-sandbox` keeps all of the agent's memory, `/tmp` included) and
+//! kills over the limit, like the kernel's OOM killer would. Where a limit is not applied at all
 //! ([`Enforcement`]), `doctor`, `config check` and the status line say so.
 
 use std::collections::BTreeMap;
@@ -315,14 +315,20 @@ impl Enforcement {
 
 /// `podman run` arguments that apply `limits` under `runtime`.
 pub fn podman_args(limits: &Limits, runtime: Runtime, host: &HostSupport) -> Vec<String> {
+    // Under runsc the count is the sandbox's own (gVisor checks it). Under
+    // runc rootless the kernel counts every task of the user namespace's
+    // root: all of this user's containers, gVisor's threads included. Those
+    // running now are added so the sandbox still gets its own `pids`; the
+    // watchdog holds the sandbox itself to `pids`.
+    let nproc = match runtime {
+        Runtime::Runsc => u64::from(limits.pids),
+        Runtime::Runc => u64::from(limits.pids) + own_tasks(Path::new("/proc")),
+    };
     let mut args = vec![
         "--oom-score-adj".to_string(),
         OOM_SCORE_ADJ.to_string(),
-        // Under runsc the count is the sandbox's own (gVisor checks it);
-        // under runc rootless it is the user namespace's root, shared by
-        // every runc container of this user.
         "--ulimit".into(),
-        format!("nproc={0}:{0}", limits.pids),
+        format!("nproc={nproc}:{nproc}"),
         // gVisor's own /tmp is sized at half the host's RAM: replace it.
         "--mount".into(),
         format!(
@@ -354,10 +360,30 @@ pub fn podman_args(limits: &Limits, runtime: Runtime, host: &HostSupport) -> Vec
     args
 }
 
+/// Tasks (threads included) of processes owned by this user.
+fn own_tasks(proc_root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|e| std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count() as u64))
+        .sum()
+}
+
 /// What the watchdog saw of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
-    /// Sum of resident memory of the container's host processes.
+    /// Memory the container's host processes cost: their proportional
+    /// share of mapped memory plus the memfds they hold (gVisor's memory).
     pub rss: u64,
     /// How many host processes the container has.
     pub processes: usize,
@@ -390,6 +416,10 @@ pub struct Watchdog {
     pub container_id: String,
     pub limits: Limits,
     pub runtime: Runtime,
+    /// The container's main host process (runc: its PID 1; runsc: the
+    /// sandbox): when it is gone, so is the container, even while `exec`
+    /// sessions' conmons linger.
+    pub main_pid: Option<i32>,
     proc_root: std::path::PathBuf,
 }
 
@@ -437,6 +467,48 @@ fn page_size() -> u64 {
         .map_or(4096, |v| v as u64)
 }
 
+/// A process's share of mapped memory without shared memory (`Pss` minus
+/// `Pss_Shmem` of smaps_rollup): shared libraries are split among the
+/// processes mapping them, so a sum over a hundred processes of one binary
+/// is not a hundred times the binary. Shared memory is counted once, by
+/// [`memfd_bytes`].
+fn private_memory(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("smaps_rollup")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let pss = field("Pss:")?;
+    Some(pss.saturating_sub(field("Pss_Shmem:").unwrap_or(0)) * KIB)
+}
+
+/// Bytes allocated in the memfds `dir`'s process holds that no earlier
+/// process of the container held. gVisor keeps all of the agent's memory,
+/// its tmpfs and page cache included, in one memfd (`runsc-memory`): its
+/// allocated size is what the sandbox costs the host, mapped or not.
+fn memfd_bytes(dir: &Path, seen: &mut std::collections::BTreeSet<(u64, u64)>) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
+        return 0;
+    };
+    let mut total = 0;
+    for fd in fds.flatten() {
+        let is_memfd =
+            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
+        if !is_memfd {
+            continue;
+        }
+        if let Ok(m) = std::fs::metadata(fd.path())
+            && seen.insert((m.dev(), m.ino()))
+        {
+            total += m.blocks() * 512;
+        }
+    }
+    total
+}
+
 /// `true` when `cmdline` (NUL-separated) is a conmon for container `id`.
 fn is_conmon_of(cmdline: &[u8], id: &str) -> bool {
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
@@ -455,6 +527,7 @@ impl Watchdog {
             container_id: container_id.to_string(),
             limits,
             runtime,
+            main_pid: None,
             proc_root: "/proc".into(),
         }
     }
@@ -493,10 +566,19 @@ impl Watchdog {
         if members.is_empty() {
             return None;
         }
+        let mut seen_memfds = std::collections::BTreeSet::new();
+        let charged: Vec<(i32, u64)> = members
+            .iter()
+            .map(|&(pid, rss)| {
+                let dir = self.proc_root.join(pid.to_string());
+                let own = private_memory(&dir).unwrap_or(rss);
+                (pid, own + memfd_bytes(&dir, &mut seen_memfds))
+            })
+            .collect();
         Some(Usage {
-            rss: members.iter().map(|(_, r)| r).sum(),
+            rss: charged.iter().map(|(_, r)| r).sum(),
             processes: members.len(),
-            biggest: members.iter().copied().max_by_key(|(_, r)| *r),
+            biggest: charged.iter().copied().max_by_key(|(_, r)| *r),
         })
     }
 
@@ -506,7 +588,13 @@ impl Watchdog {
     pub fn check(&self) -> Verdict {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
-        let Some(usage) = self.usage() else {
+        let main_gone = self.main_pid.is_some_and(|pid| {
+            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat"))
+                .map_or(true, |s| {
+                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+                })
+        });
+        let Some(usage) = self.usage().filter(|_| !main_gone) else {
             return Verdict::Gone;
         };
         if usage.rss > self.limits.memory
@@ -516,11 +604,11 @@ impl Watchdog {
             return Verdict::OverMemory { usage, killed: pid };
         }
         // Under runsc the sandbox's processes are not host processes (gVisor
-        // counts them against its nproc); the host sees a few per sandbox
-        // process, so only a clear excess counts.
+        // counts them against its nproc); the host sees about two stubs per
+        // sandbox process, so only a clear excess counts.
         let host_pids = match self.runtime {
             Runtime::Runc => self.limits.pids as usize,
-            Runtime::Runsc => self.limits.pids as usize * 2 + 16,
+            Runtime::Runsc => self.limits.pids as usize * 4 + 64,
         };
         if usage.processes > host_pids {
             for (pid, _) in self.members() {

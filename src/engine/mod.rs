@@ -508,7 +508,15 @@ impl Engine {
             args.extend(m.podman_args().map_err(EngineError::Mount)?);
         }
         args.push(resolved.profile.image.clone());
-        args.extend(["sleep".into(), "infinity".into()]);
+        // PID 1 must reap: orphans of the agent's processes are re-parented
+        // to it, and unreaped zombies would hold the pids limit forever
+        // (measured: `sleep infinity` left 125 of 128). dash reaps every
+        // child while it waits.
+        args.extend([
+            "sh".into(),
+            "-c".into(),
+            "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done".into(),
+        ]);
         self.podman.run(&args)?;
         Ok(())
     }
@@ -526,14 +534,17 @@ impl Engine {
         limits: limits::Limits,
         runtime: Runtime,
     ) -> Result<limits::Watchdog, EngineError> {
-        let id = self.podman.run([
+        let out = self.podman.run([
             "container",
             "inspect",
             "--format",
-            "{{.Id}}",
+            "{{.Id}} {{.State.Pid}}",
             &anchor.sandbox_name(),
         ])?;
-        Ok(limits::Watchdog::new(id.trim(), limits, runtime))
+        let (id, pid) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
+        let mut dog = limits::Watchdog::new(id, limits, runtime);
+        dog.main_pid = pid.parse().ok().filter(|p| *p > 0);
+        Ok(dog)
     }
 
     /// The sandbox must run under the runtime asked for: a silent downgrade
