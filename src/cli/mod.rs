@@ -125,6 +125,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the Session Coordinator's log of the domain of PROFILE
+    /// (current folder), with control characters made visible.
+    Logs {
+        profile: Option<String>,
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// How many of the last lines (0: all that is kept).
+        #[arg(long, short = 'n', default_value_t = 200)]
+        lines: usize,
+    },
     /// (internal) The detached Session Coordinator of one domain.
     #[command(hide = true)]
     Coordinator {
@@ -322,6 +332,17 @@ pub fn run() -> Result<ExitCode> {
             workspace.as_deref(),
             verify,
             json,
+        ),
+        Command::Logs {
+            profile,
+            workspace,
+            lines,
+        } => session::logs(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            lines,
         ),
         Command::Coordinator {
             profile,

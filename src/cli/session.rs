@@ -372,13 +372,14 @@ fn down_socket(rt: &tokio::runtime::Runtime, socket: &Path) -> Result<Option<Str
     };
     let pid = c.domain.coordinator_pid;
     let hash = c.domain.hash.clone();
+    let profile = c.domain.profile.clone();
     let _ = rt.block_on(c.call(&ClientMsg::Down));
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(120);
     while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() {
         if Instant::now() > deadline {
             bail!(
-                "the coordinator of domain {hash} (pid {pid}) did not finish its teardown within 120 s; see its log"
+                "the coordinator of domain {hash} (pid {pid}) did not finish its teardown within 120 s; see its log: `lazaret logs {profile}`"
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -419,6 +420,36 @@ pub fn down(
         let _ = std::fs::remove_file(&ctx.control_socket);
     }
     println!("domain {} is down", ctx.anchor.hash());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lazaret logs`: the coordinator's log, each line made visible (it holds
+/// text the agent chose: branch names, commands).
+pub fn logs(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    lines: usize,
+) -> Result<ExitCode> {
+    let (_, ctx, _) = context(explicit, env, profile, workspace)?;
+    let rotated = crate::coordinator::log::rotated(&ctx.log);
+    if !ctx.log.exists() && !rotated.exists() {
+        bail!(
+            "domain {} has no log yet ({}): its coordinator never ran",
+            ctx.anchor.hash(),
+            ctx.log.display()
+        );
+    }
+    let all = crate::coordinator::log::tail(&ctx.log, if lines == 0 { usize::MAX } else { lines });
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for line in all {
+        let (shown, _) = lazaret_widgets::visible::make_visible(&line);
+        if writeln!(out, "{shown}").is_err() {
+            break;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -108,12 +108,9 @@ impl SessionDirectory for Directory {
     }
 }
 
+/// One line of the coordinator's log (coordinator::log).
 fn log(msg: &str) {
-    eprintln!(
-        "[{} coordinator {}] {msg}",
-        super::store::now(),
-        std::process::id()
-    );
+    tracing::info!("{msg}");
 }
 
 impl Shared {
@@ -174,12 +171,20 @@ pub fn run(
     // Our own session: no controlling terminal, no signals from the shell
     // that started us.
     let _ = nix::unistd::setsid();
-    // One coordinator per domain at a time: a predecessor may still be
-    // tearing down (it holds this lock until it exits, and the store).
-    let _owner = wait_for_owner_lock(owner_lock)?;
     let domain_root = resolved.domain.domain_root(&engine.data_root);
     std::fs::create_dir_all(&domain_root)
         .with_context(|| format!("cannot create {}", domain_root.display()))?;
+    let log_path = domain_root.join("coordinator.log");
+    super::log::init(&log_path)
+        .with_context(|| format!("cannot open the log {}", log_path.display()))?;
+    log(&format!(
+        "coordinator pid {} for domain {}",
+        std::process::id(),
+        resolved.domain.hash()
+    ));
+    // One coordinator per domain at a time: a predecessor may still be
+    // tearing down (it holds this lock until it exits, and the store).
+    let _owner = wait_for_owner_lock(owner_lock)?;
     let store = Arc::new(Store::open(&domain_root.join("state.redb"))?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
