@@ -3,29 +3,28 @@
 
 mod common;
 
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use common::sandbox::Domain;
 use common::{STANDARD_PATH, lazaret_env, text, user_home};
 
+/// `lazaret --config CONFIG ARGS` in the workspace with extra environment.
+fn lazaret_with(d: &Domain, env: &[(&str, &str)], args: &[&str]) -> Command {
+    let config = d.s.path().join("config.toml");
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let mut vars = vec![("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")];
+    vars.extend_from_slice(env);
+    lazaret_env(&user_home(), &d.ws(), STANDARD_PATH, &vars, &all)
+}
+
 /// A session under a coordinator whose log may hold `max` bytes.
 fn session_with_log_bound(d: &Domain, max: &str) {
-    let config = d.s.path().join("config.toml");
-    let out = lazaret_env(
-        &user_home(),
-        &d.ws(),
-        STANDARD_PATH,
-        &[
-            ("LAZARET_USER_CONFIG", ""),
-            ("LAZARET_TEST_FWD", "x"),
-            ("LAZARET_LOG_MAX_BYTES", max),
-        ],
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "exec",
-            d.profile,
-            "--",
-            "true",
-        ],
+    let out = lazaret_with(
+        d,
+        &[("LAZARET_LOG_MAX_BYTES", max)],
+        &["exec", d.profile, "--", "true"],
     )
     .output()
     .unwrap();
@@ -69,4 +68,87 @@ fn coordinator_log_rotates_at_its_bound_and_logs_shows_it_visibly() {
         !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
         "{stdout:?}"
     );
+}
+
+/// `status --json` entries of domain `hash` as seen with `env`.
+fn status_entry(d: &Domain, env: &[(&str, &str)]) -> Option<serde_json::Value> {
+    let out = lazaret_with(d, env, &["status", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .cloned()
+}
+
+/// A coordinator killed with SIGKILL and its runtime folder removed: its
+/// containers keep running; `status` lists the orphan and `down --all`
+/// removes it (containers and State Anchor).
+#[test]
+fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Domain::new("rc");
+    // A runtime folder of this test's own, so `down --all` reaches no
+    // other test's coordinator.
+    let xdg = d.s.mkdir("xdg");
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let xdg_s = xdg.to_str().unwrap().to_string();
+    let env = [("XDG_RUNTIME_DIR", xdg_s.as_str())];
+    let mut holder = lazaret_with(&d, &env, &["exec", d.profile, "--", "sleep", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = xdg.join(format!("lazaret/lazaret_coord_{}.sock", d.hash));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let pid = loop {
+        if d.containers().len() == 2
+            && socket.exists()
+            && let Some(st) = status_entry(&d, &env)
+            && st["coordinator_pid"].as_i64().unwrap_or(0) > 0
+        {
+            break st["coordinator_pid"].as_i64().unwrap() as i32;
+        }
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    std::fs::remove_dir_all(xdg.join("lazaret")).unwrap();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z")
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        d.containers().len(),
+        2,
+        "the containers outlive their coordinator"
+    );
+
+    let st = status_entry(&d, &env).expect("status lists the orphan");
+    assert_eq!(st["orphaned"], true, "{st}");
+    assert_eq!(st["profile"], d.profile, "{st}");
+    let out = lazaret_with(&d, &env, &["status"]).output().unwrap();
+    assert!(text(&out).0.contains("orphaned"), "{}", text(&out).0);
+
+    let out = lazaret_with(&d, &env, &["down", "--all"]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("orphaned domain {} is down", d.hash)),
+        "{stdout}"
+    );
+    d.assert_gone();
+    assert!(status_entry(&d, &env).is_none());
 }

@@ -315,6 +315,105 @@ pub(crate) fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
     v
 }
 
+/// Domains whose containers podman knows but whose coordinator did not
+/// answer (crashed, killed, or its runtime folder removed).
+/// A coordinator that is alive but unreachable here (another runtime
+/// folder) still owns its domain: processes count, not only sockets.
+fn orphans(live: &[DomainStatus]) -> Vec<crate::engine::LabelledDomain> {
+    let running = coordinator_processes();
+    crate::engine::labelled_domains(&crate::engine::podman::Podman::default())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| !live.iter().any(|l| l.hash == d.hash) && !running.contains(&d.hash))
+        .collect()
+}
+
+/// Domain hashes of this user's running coordinator processes
+/// (`lazaret ... coordinator --profile P --workspace W --foreground`).
+fn coordinator_processes() -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut hashes = Vec::new();
+    for e in entries.flatten() {
+        if !e.metadata().is_ok_and(|m| m.uid() == uid) {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let has = |a: &str| args.iter().any(|x| x == a);
+        let after = |flag: &str| {
+            args.iter()
+                .position(|x| x == flag)
+                .and_then(|i| args.get(i + 1))
+        };
+        if !(has("coordinator") && has("--foreground")) {
+            continue;
+        }
+        if let (Some(p), Some(w)) = (after("--profile"), after("--workspace"))
+            && let Ok(a) = crate::domain::DomainAnchor::new(p, Path::new(w))
+        {
+            hashes.push(a.hash().to_string());
+        }
+    }
+    hashes
+}
+
+fn print_orphans(orphans: &[crate::engine::LabelledDomain]) {
+    if orphans.is_empty() {
+        return;
+    }
+    println!("orphaned (containers without a coordinator; `lazaret down --all` removes them):");
+    for o in orphans {
+        let (profile, _) = lazaret_widgets::visible::make_visible(&o.profile);
+        let (workspace, _) = lazaret_widgets::visible::make_visible(&o.workspace);
+        println!(
+            "{:<13} {:<12} {:<22} {}  {}",
+            o.hash,
+            profile,
+            o.runtime,
+            o.containers.join(","),
+            workspace
+        );
+    }
+    println!();
+}
+
+/// Removes an orphan: through the engine (containers and State Anchor)
+/// when its workspace still names it, else its containers by name.
+fn down_orphan(
+    config: &Config,
+    rundir: &RuntimeDir,
+    orphan: &crate::engine::LabelledDomain,
+) -> Result<()> {
+    let anchor = crate::domain::DomainAnchor::new(&orphan.profile, Path::new(&orphan.workspace))
+        .ok()
+        .filter(|a| a.hash() == orphan.hash);
+    if let Some(anchor) = anchor {
+        // No coordinator may start meanwhile.
+        let _guard = crate::coordinator::lock::exclusive(&anchor.lock_file(rundir))?;
+        Engine::new(config, rundir.clone())
+            .down(&anchor)
+            .with_context(|| format!("cannot clean up domain {}", orphan.hash))?;
+        let _ = std::fs::remove_file(anchor.control_socket(rundir));
+        return Ok(());
+    }
+    let podman = crate::engine::podman::Podman::default();
+    for name in &orphan.containers {
+        podman
+            .remove(name)
+            .with_context(|| format!("cannot remove {name} of domain {}", orphan.hash))?;
+    }
+    Ok(())
+}
+
 fn uptime(secs: u64) -> String {
     match secs {
         s if s < 60 => format!("{s}s"),
@@ -334,12 +433,32 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             domains.push(domain);
         }
     }
+    let orphans = orphans(&domains);
     if json {
+        domains.extend(orphans.iter().map(|o| DomainStatus {
+            hash: o.hash.clone(),
+            profile: o.profile.clone(),
+            workspace: o.workspace.clone(),
+            sandbox: o.containers.first().cloned().unwrap_or_default(),
+            runtime: o.runtime.clone(),
+            gvisor: o.runtime == "runsc",
+            workspace_mode: String::new(),
+            sessions: Vec::new(),
+            uptime: 0,
+            coordinator_pid: 0,
+            limits: String::new(),
+            limit_gaps: Vec::new(),
+            orphaned: true,
+        }));
         println!("{}", serde_json::to_string_pretty(&domains)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if domains.is_empty() {
+    if domains.is_empty() && orphans.is_empty() {
         println!("no domain is running");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_orphans(&orphans);
+    if domains.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -403,6 +522,19 @@ pub fn down(
                 println!("domain {hash} is down");
                 n += 1;
             }
+        }
+        // Orphans of this configuration's Storage Root: another root's
+        // containers (another setup, a test) are not ours to remove.
+        let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)
+            .map(|l| l.config)
+            .context("cannot load the configuration to find orphaned domains")?;
+        for orphan in orphans(&[]) {
+            if !config.data_root.join("domains").join(&orphan.hash).is_dir() {
+                continue;
+            }
+            down_orphan(&config, &rundir, &orphan)?;
+            println!("orphaned domain {} is down", orphan.hash);
+            n += 1;
         }
         if n == 0 {
             println!("no domain was running");

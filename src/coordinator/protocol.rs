@@ -100,6 +100,10 @@ pub struct DomainStatus {
     /// Limits this host does not apply, with why (never silent).
     #[serde(default)]
     pub limit_gaps: Vec<String>,
+    /// Found by its containers' labels with no coordinator answering
+    /// (`status` fills it; a coordinator never does).
+    #[serde(default)]
+    pub orphaned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -144,6 +144,7 @@ impl Shared {
             coordinator_pid: std::process::id(),
             limits: self.resolved.profile.limits.summary(),
             limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
+            orphaned: false,
         }
     }
 

@@ -34,6 +34,70 @@ pub const LABEL_RUNTIME: &str = "lazaret.runtime";
 pub const LABEL_PROFILE: &str = "lazaret.profile";
 pub const LABEL_WORKSPACE: &str = "lazaret.workspace";
 
+/// A domain as its containers' labels describe it (engine-side view, no
+/// coordinator needed): how `status` and `down --all` find orphans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelledDomain {
+    pub hash: String,
+    pub profile: String,
+    pub workspace: String,
+    pub runtime: String,
+    /// Container names, sandbox first (the order teardown needs).
+    pub containers: Vec<String>,
+}
+
+/// Every domain with a container podman knows, by its labels.
+pub fn labelled_domains(podman: &Podman) -> Result<Vec<LabelledDomain>, PodmanError> {
+    let format = [
+        LABEL_DOMAIN,
+        LABEL_ROLE,
+        LABEL_PROFILE,
+        LABEL_WORKSPACE,
+        LABEL_RUNTIME,
+    ]
+    .iter()
+    .map(|l| format!("{{{{index .Labels \"{l}\"}}}}"))
+    .collect::<Vec<_>>()
+    .join("\t");
+    let out = podman.run([
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label={LABEL_DOMAIN}"),
+        "--format",
+        &format!("{{{{.Names}}}}\t{format}"),
+    ])?;
+    let mut domains: Vec<LabelledDomain> = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [name, hash, role, profile, workspace, runtime] = f[..] else {
+            continue;
+        };
+        let i = match domains.iter().position(|d| d.hash == hash) {
+            Some(i) => i,
+            None => {
+                domains.push(LabelledDomain {
+                    hash: hash.into(),
+                    profile: profile.into(),
+                    workspace: workspace.into(),
+                    runtime: String::new(),
+                    containers: Vec::new(),
+                });
+                domains.len() - 1
+            }
+        };
+        let d = &mut domains[i];
+        if role == "sandbox" {
+            d.runtime = runtime.into();
+            d.containers.insert(0, name.into());
+        } else {
+            d.containers.push(name.into());
+        }
+    }
+    domains.sort_by(|a, b| a.hash.cmp(&b.hash));
+    Ok(domains)
+}
+
 /// How long the sidecar may take to become healthy.
 const SIDECAR_DEADLINE: Duration = Duration::from_secs(30);
 
