@@ -152,3 +152,107 @@ fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
     d.assert_gone();
     assert!(status_entry(&d, &env).is_none());
 }
+
+fn age_folder(root: &std::path::Path) {
+    for f in ["coordinator.log", "state.redb", "anchor.json", ""] {
+        let p = root.join(f);
+        if p.exists() {
+            let ok = Command::new("touch")
+                .args(["-h", "-d", "10 days ago"])
+                .arg(&p)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+    }
+}
+
+/// `domains prune` removes only stopped domains past the age, and keeps an
+/// isolated clone holding commits the host branch lacks (no terminal to
+/// ask: the answer is no).
+#[test]
+fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
+    let d = Domain::new("rc");
+    let ws = d.ws();
+    common::git(&ws, &["init", "-q", "-b", "main"]);
+    common::git(
+        &ws,
+        &[
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+    );
+    let rcd = d.other("rcd");
+    let netrc = d.other("netrc");
+    for p in ["rc", "rcd", "netrc"] {
+        let out = d
+            .cmd_raw(STANDARD_PATH, &["exec", p, "--", "true"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{p}: {}", text(&out).1);
+    }
+    for h in [&d.hash, &rcd, &netrc] {
+        common::sandbox::wait_domain_gone(h, Vec::new);
+    }
+    let domains = d.s.path().join("data/domains");
+    // A commit the agent made after the last sync (made here, in the clone).
+    common::git(
+        &d.domain_root().join("workspace"),
+        &[
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "late",
+        ],
+    );
+    age_folder(&d.domain_root());
+    age_folder(&domains.join(&rcd));
+
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["domains", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let arr = list.as_array().unwrap();
+    assert_eq!(arr.len(), 3, "{list}");
+    for e in arr {
+        assert_eq!(e["state"], "stopped", "{e}");
+        assert!(e["size"].as_u64().unwrap() > 0, "{e}");
+    }
+    let rc = arr.iter().find(|e| e["hash"] == d.hash.as_str()).unwrap();
+    assert_eq!(rc["profile"], "rc");
+    assert_eq!(rc["workspace"], ws.to_str().unwrap());
+
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["domains", "prune", "--older-than", "7d"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(&format!("removed {rcd}")), "{stdout}");
+    assert!(stdout.contains(&format!("kept {}", d.hash)), "{stdout}");
+    assert!(
+        !domains.join(&rcd).exists(),
+        "the old stopped domain is gone"
+    );
+    assert!(
+        d.domain_root().join("workspace/.git").is_dir(),
+        "the clone is kept"
+    );
+    assert!(domains.join(&netrc).exists(), "a recent domain is kept");
+}

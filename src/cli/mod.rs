@@ -135,6 +135,9 @@ enum Command {
         #[arg(long, short = 'n', default_value_t = 200)]
         lines: usize,
     },
+    /// The domains of this Storage Root: list them, prune stopped ones.
+    #[command(subcommand)]
+    Domains(DomainsCommand),
     /// (internal) The detached Session Coordinator of one domain.
     #[command(hide = true)]
     Coordinator {
@@ -196,6 +199,23 @@ struct DomainArgs {
     profile: Option<String>,
     /// Workspace folder (default: the current folder).
     path: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum DomainsCommand {
+    /// Profile, workspace, size, last use and state (running, stopped,
+    /// orphaned, broken) of every domain folder.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete stopped domains unused for longer than AGE (e.g. 30d, 12h).
+    /// Never a running one; asks before deleting an isolated clone that
+    /// holds commits the host's `lazaret/agent-*` branch lacks.
+    Prune {
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -333,6 +353,17 @@ pub fn run() -> Result<ExitCode> {
             verify,
             json,
         ),
+        Command::Domains(c) => {
+            let json = matches!(c, DomainsCommand::List { json: true });
+            let prune = match c {
+                DomainsCommand::Prune { older_than } => Some(
+                    crate::domains::parse_age(&older_than)
+                        .map_err(|e| anyhow::anyhow!("--older-than: {e}"))?,
+                ),
+                DomainsCommand::List { .. } => None,
+            };
+            session::domains(&cli.config, &env, json, prune)
+        }
         Command::Logs {
             profile,
             workspace,

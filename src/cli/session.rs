@@ -555,6 +555,113 @@ pub fn down(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `lazaret domains list` and `lazaret domains prune --older-than AGE`.
+pub fn domains(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    json: bool,
+    prune: Option<Duration>,
+) -> Result<ExitCode> {
+    use crate::domains::{State, list, remove_root, unpropagated_commit};
+    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let rt = runtime()?;
+    let podman = crate::engine::podman::Podman::default();
+    // Owned: a coordinator answers or runs; else a domain whose containers
+    // run is orphaned (or started by `sandbox up`).
+    let mut owned = coordinator_processes();
+    for socket in sockets(&rundir) {
+        if let Ok(c) = rt.block_on(query(&socket)) {
+            owned.push(c.domain.hash.clone());
+        }
+    }
+    let labelled =
+        crate::engine::labelled_domains(&podman).context("cannot list the domains' containers")?;
+    let entries = list(&config.data_root, &labelled, &owned);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let Some(age) = prune else {
+        if json {
+            println!("{}", serde_json::to_string_pretty(&entries)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if entries.is_empty() {
+            println!("no domain in {}", config.data_root.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<13} {:<12} {:<9} {:>10} {:>10}  WORKSPACE",
+            "DOMAIN", "PROFILE", "STATE", "SIZE", "LAST USED"
+        );
+        for e in &entries {
+            let profile = e.profile.as_deref().unwrap_or("?");
+            let workspace = e
+                .workspace
+                .as_ref()
+                .map_or("?".into(), |w| w.display().to_string());
+            println!(
+                "{:<13} {:<12} {:<9} {:>10} {:>10}  {}",
+                e.hash,
+                lazaret_widgets::visible::make_visible(profile).0,
+                serde_json::to_value(e.state)?.as_str().unwrap_or("?"),
+                crate::engine::limits::show_size(e.size),
+                format!("{} ago", uptime(now.saturating_sub(e.last_used))),
+                lazaret_widgets::visible::make_visible(&workspace).0
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut removed = 0;
+    for e in entries {
+        if e.state != State::Stopped || now.saturating_sub(e.last_used) < age.as_secs() {
+            continue;
+        }
+        if let Some(commit) = unpropagated_commit(&e) {
+            let question = format!(
+                "domain {} holds commit {commit} on its agent branch that {} lacks; delete it anyway?",
+                e.hash,
+                e.workspace
+                    .as_ref()
+                    .map_or("the host repository".into(), |w| w.display().to_string())
+            );
+            if !confirm(&question) {
+                println!(
+                    "kept {}: its clone holds commits not on the host branch",
+                    e.hash
+                );
+                continue;
+            }
+        }
+        remove_root(&podman, &e.root)
+            .map_err(|err| anyhow::anyhow!("cannot delete {}: {err}", e.root.display()))?;
+        println!(
+            "removed {} ({})",
+            e.hash,
+            crate::engine::limits::show_size(e.size)
+        );
+        removed += 1;
+    }
+    if removed == 0 {
+        println!("nothing to prune");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks yes/no on a terminal; without one the answer is no.
+fn confirm(question: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        eprintln!("{question} (no terminal to ask: no)");
+        return false;
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    matches!(line.trim(), "y" | "Y" | "yes")
+}
+
 /// `lazaret logs`: the coordinator's log, each line made visible (it holds
 /// text the agent chose: branch names, commands).
 pub fn logs(

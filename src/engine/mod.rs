@@ -44,6 +44,8 @@ pub struct LabelledDomain {
     pub runtime: String,
     /// Container names, sandbox first (the order teardown needs).
     pub containers: Vec<String>,
+    /// Every one of them runs.
+    pub running: bool,
 }
 
 /// Every domain with a container podman knows, by its labels.
@@ -65,12 +67,12 @@ pub fn labelled_domains(podman: &Podman) -> Result<Vec<LabelledDomain>, PodmanEr
         "--filter",
         &format!("label={LABEL_DOMAIN}"),
         "--format",
-        &format!("{{{{.Names}}}}\t{format}"),
+        &format!("{{{{.Names}}}}\t{{{{.State}}}}\t{format}"),
     ])?;
     let mut domains: Vec<LabelledDomain> = Vec::new();
     for line in out.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        let [name, hash, role, profile, workspace, runtime] = f[..] else {
+        let [name, state, hash, role, profile, workspace, runtime] = f[..] else {
             continue;
         };
         let i = match domains.iter().position(|d| d.hash == hash) {
@@ -82,11 +84,14 @@ pub fn labelled_domains(podman: &Podman) -> Result<Vec<LabelledDomain>, PodmanEr
                     workspace: workspace.into(),
                     runtime: String::new(),
                     containers: Vec::new(),
+                    running: true,
                 });
                 domains.len() - 1
             }
         };
         let d = &mut domains[i];
+        // podman 4 prints "Up 3 minutes ago", later ones "running".
+        d.running &= state.starts_with("Up") || state == "running";
         if role == "sandbox" {
             d.runtime = runtime.into();
             d.containers.insert(0, name.into());
@@ -242,6 +247,7 @@ impl Engine {
             Runtime::Runc => "runc".to_string(),
         };
         let layout = self.layout(resolved)?;
+        let _ = crate::domains::record_anchor(&self.domain_root(anchor), anchor);
         if self.podman.is_running(&anchor.sandbox_name())?
             && self.podman.is_running(&anchor.sidecar_name())?
             && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
