@@ -256,3 +256,55 @@ fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
     );
     assert!(domains.join(&netrc).exists(), "a recent domain is kept");
 }
+
+/// `image prune` removes Lazaret's images nothing uses and keeps the ones
+/// profiles use. Real removal is limited to this test's own repository
+/// (the test user's images are shared with other tests).
+#[test]
+fn image_prune_keeps_images_in_use() {
+    let d = Domain::new("rc");
+    let repo = format!("localhost/lazaret/prunetest{}", std::process::id());
+    let tarball = d.s.path().join("one.tar");
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(d.s.path())
+        .args(["-cf"])
+        .arg(&tarball)
+        .arg("config.toml")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    d.s.chown(&tarball);
+    let out = common::podman(&["import", tarball.to_str().unwrap(), &format!("{repo}:old")]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let base = common::sandbox::BASE_IMAGE;
+    let out = common::podman(&["tag", base, &format!("{repo}:inuse")]);
+    assert!(out.status.success(), "{}", text(&out).1);
+
+    let all = d
+        .cmd_raw(STANDARD_PATH, &["image", "prune", "--dry-run"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&all);
+    assert!(all.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!("would remove {repo}:old")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(base), "{stdout}");
+    assert!(!stdout.contains(&format!("{repo}:inuse")), "{stdout}");
+
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["image", "prune", &repo])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(&format!("removed {repo}:old")), "{stdout}");
+    let exists = |name: &str| common::podman(&["image", "exists", name]).status.success();
+    assert!(!exists(&format!("{repo}:old")));
+    assert!(exists(&format!("{repo}:inuse")));
+    assert!(exists(base));
+    let _ = common::podman(&["untag", base, &format!("{repo}:inuse")]);
+}

@@ -189,6 +189,15 @@ enum ImageCommand {
         #[arg(long)]
         tag: Option<String>,
     },
+    /// Remove Lazaret's images (localhost/lazaret/...) that no profile, no
+    /// container and not the current Network Sidecar uses.
+    Prune {
+        /// Only print what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only these repositories (e.g. localhost/lazaret/trixie).
+        repositories: Vec<String>,
+    },
 }
 
 /// Which domain: a profile and a workspace folder.
@@ -397,6 +406,10 @@ pub fn run() -> Result<ExitCode> {
             mirror,
             tag,
         }) => image_build(cli.config, &env, release, include, mirror, tag),
+        Command::Image(ImageCommand::Prune {
+            dry_run,
+            repositories,
+        }) => image_prune(cli.config, &env, dry_run, &repositories),
         Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
             sandbox_up(cli.config, &env, &domain, runtime.as_deref())
         }
@@ -767,6 +780,42 @@ fn image_build(
         built.bootstrap_time.as_secs_f64(),
         built.import_time.as_secs_f64()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn image_prune(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    dry_run: bool,
+    repositories: &[String],
+) -> Result<ExitCode> {
+    use crate::engine::images;
+    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, &explicit, env)?.config;
+    let podman = Podman::default();
+    let mut keep: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    // The sidecar image of this build (its tag is the helper's digest).
+    if let Some(bin) = crate::install::find_helper(crate::install::SIDECAR_BINARY)
+        && let Ok(digest) = images::file_sha256(&bin)
+    {
+        keep.push(format!("{}:{}", images::SIDECAR_REPOSITORY, &digest[..12]));
+    }
+    let in_use = images::images_in_use(&podman, &keep)?;
+    let all = images::local_images(&podman)?;
+    let doomed = images::prune_candidates(&all, &in_use, repositories);
+    if doomed.is_empty() {
+        println!("nothing to prune");
+    }
+    for i in &doomed {
+        if dry_run {
+            println!("would remove {}", i.name);
+            continue;
+        }
+        // A tag of an image that keeps other tags is only untagged.
+        podman
+            .run(["rmi", &i.name])
+            .with_context(|| format!("cannot remove {}", i.name))?;
+        println!("removed {}", i.name);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
