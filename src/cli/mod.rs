@@ -409,7 +409,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Image(ImageCommand::Prune {
             dry_run,
             repositories,
-        }) => image_prune(cli.config, &env, dry_run, &repositories),
+        }) => image_prune(&cli.config, &env, dry_run, &repositories),
         Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
             sandbox_up(cli.config, &env, &domain, runtime.as_deref())
         }
@@ -784,13 +784,13 @@ fn image_build(
 }
 
 fn image_prune(
-    explicit: Option<PathBuf>,
+    explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
     dry_run: bool,
     repositories: &[String],
 ) -> Result<ExitCode> {
     use crate::engine::images;
-    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, &explicit, env)?.config;
+    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
     let podman = Podman::default();
     let mut keep: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
     // The sidecar image of this build (its tag is the helper's digest).
