@@ -103,6 +103,11 @@ pub fn labelled_domains(podman: &Podman) -> Result<Vec<LabelledDomain>, PodmanEr
     Ok(domains)
 }
 
+/// How long an image pull may take.
+const PULL_DEADLINE: Duration = Duration::from_secs(1800);
+/// How often long work reports that it is still going.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
 /// How long the sidecar may take to become healthy.
 const SIDECAR_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -190,8 +195,14 @@ impl Sandbox {
 }
 
 /// Steps of `up`, for a progress display.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// A pull in progress, repeated every [`HEARTBEAT`]: each one reaches
+    /// every waiting session, so no client deadline fires meanwhile.
+    PullingImage {
+        image: String,
+        secs: u64,
+    },
     CleaningLeftovers,
     PreparingWorkspace,
     SidecarImage,
@@ -203,7 +214,11 @@ pub enum Step {
 
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Step::PullingImage { image, secs } = self {
+            return write!(f, "pulling image {image} ({secs} s so far)");
+        }
         f.write_str(match self {
+            Step::PullingImage { .. } => "pulling an image",
             Step::CleaningLeftovers => "removing leftovers of an earlier run",
             Step::PreparingWorkspace => "preparing the agent's workspace and branch",
             Step::SidecarImage => "preparing the Network Sidecar image",
@@ -263,7 +278,7 @@ impl Engine {
             progress(Step::CleaningLeftovers);
             self.down(anchor)?;
         }
-        self.ensure_image(&profile.image)?;
+        self.ensure_image(&profile.image, progress)?;
         progress(Step::PreparingWorkspace);
         layout.prepare()?;
         progress(Step::SidecarImage);
@@ -369,17 +384,30 @@ impl Engine {
         })
     }
 
-    fn ensure_image(&self, image: &str) -> Result<(), EngineError> {
+    fn ensure_image(&self, image: &str, progress: &mut dyn FnMut(Step)) -> Result<(), EngineError> {
         if self.podman.image_exists(image)? {
             return Ok(());
         }
         if image.starts_with("localhost/") {
             return Err(EngineError::NoImage(image.to_string()));
         }
-        self.podman
-            .run_with(["pull", "--quiet", image], Duration::from_secs(600), None)
-            .map(drop)
-            .map_err(|_| EngineError::NoImage(image.to_string()))
+        let started = Instant::now();
+        progress(Step::PullingImage {
+            image: image.to_string(),
+            secs: 0,
+        });
+        let mut cmd = self.podman.command();
+        cmd.args(["pull", "--quiet", image]);
+        let ok = podman::run_with_heartbeat(cmd, PULL_DEADLINE, HEARTBEAT, &mut || {
+            progress(Step::PullingImage {
+                image: image.to_string(),
+                secs: started.elapsed().as_secs(),
+            });
+        });
+        match ok {
+            Ok(true) => Ok(()),
+            _ => Err(EngineError::NoImage(image.to_string())),
+        }
     }
 
     fn labels(anchor: &DomainAnchor, role: &str, runtime: &str) -> Vec<String> {
