@@ -419,7 +419,7 @@ async fn serve(
 }
 
 /// How often the watchdog looks at the sandbox's processes.
-const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+const WATCH_INTERVAL: Duration = Duration::from_millis(300);
 
 /// Enforces the profile's memory and process limits where no cgroup does
 /// (engine::limits), and tears the domain down when its sandbox is gone.

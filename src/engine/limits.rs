@@ -30,6 +30,11 @@ pub const DEFAULT_PIDS: u32 = 1024;
 const MIN_MEMORY: u64 = 64 * MIB;
 const MIN_PIDS: u32 = 16;
 
+/// Room under runc for tasks the user's other containers start after this
+/// one (they share the kernel's count); the watchdog holds the sandbox
+/// itself to `pids`.
+const RUNC_NPROC_SLACK: u64 = 512;
+
 /// Set on the sandbox's processes: the kernel's OOM killer picks them first.
 pub const OOM_SCORE_ADJ: i32 = 1000;
 
@@ -322,7 +327,7 @@ pub fn podman_args(limits: &Limits, runtime: Runtime, host: &HostSupport) -> Vec
     // watchdog holds the sandbox itself to `pids`.
     let nproc = match runtime {
         Runtime::Runsc => u64::from(limits.pids),
-        Runtime::Runc => u64::from(limits.pids) + own_tasks(Path::new("/proc")),
+        Runtime::Runc => u64::from(limits.pids) + own_tasks(Path::new("/proc")) + RUNC_NPROC_SLACK,
     };
     let mut args = vec![
         "--oom-score-adj".to_string(),
@@ -427,6 +432,8 @@ pub struct Watchdog {
 struct Proc {
     ppid: i32,
     rss: u64,
+    /// Its command name, from stat (cheap: no extra read per process).
+    comm: String,
 }
 
 fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
@@ -442,9 +449,10 @@ fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
             continue;
         };
         // Fields after the command name, which may hold spaces and ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        let Some((head, rest)) = stat.rsplit_once(')') else {
             continue;
         };
+        let comm = head.split_once('(').map_or("", |(_, c)| c).to_string();
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // state ppid ... rss is field 24 of stat (index 21 after the name).
         let ppid = fields.get(1).and_then(|f| f.parse().ok()).unwrap_or(0);
@@ -454,6 +462,7 @@ fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
             Proc {
                 ppid,
                 rss: pages * page_size(),
+                comm,
             },
         );
     }
@@ -536,8 +545,9 @@ impl Watchdog {
     fn members(&self) -> Vec<(i32, u64)> {
         let procs = read_procs(&self.proc_root);
         let conmons: Vec<i32> = procs
-            .keys()
-            .copied()
+            .iter()
+            .filter(|(_, p)| p.comm == "conmon")
+            .map(|(pid, _)| *pid)
             .filter(|pid| {
                 std::fs::read(self.proc_root.join(pid.to_string()).join("cmdline"))
                     .is_ok_and(|c| is_conmon_of(&c, &self.container_id))
