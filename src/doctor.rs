@@ -397,6 +397,39 @@ fn cgroup_check(env: &dyn HostEnv) -> Check {
     Check::new("oci runtime", true, outcome)
 }
 
+/// Which resource limits this host applies (engine::limits): memory and
+/// processes always hold (watchdog, rlimits); CPU needs delegated cgroups.
+fn limits_check() -> Check {
+    use crate::engine::limits::{Enforcement, HostSupport, Limits};
+    let host = match HostSupport::detect(&crate::engine::podman::Podman::default()) {
+        Ok(h) => h,
+        Err(e) => return Check::new("resource limits", false, fail(e.to_string(), SETUP)),
+    };
+    let wanted = Limits {
+        cpus: Some(1.0),
+        ..Limits::default()
+    };
+    let gaps = Enforcement::of(&wanted, crate::config::Runtime::Runsc, &host).gaps(&host);
+    let outcome = if gaps.is_empty() {
+        Outcome::Pass(format!("cgroups {}: memory, pids and cpus", host.cgroups))
+    } else {
+        Outcome::Warn {
+            problem: format!(
+                "cgroups {} ({}): memory by the coordinator's watchdog and rlimits, pids by rlimits; {}",
+                host.cgroups,
+                if host.controllers.is_empty() {
+                    "no controllers delegated".to_string()
+                } else {
+                    host.controllers.join(" ")
+                },
+                gaps.join("; ")
+            ),
+            fix: "a profile's `limits.cpus` is enforced only on cgroups v2 with the cpu controller delegated to your user (systemd: Delegate=cpu memory pids)".into(),
+        }
+    };
+    Check::new("resource limits", false, outcome)
+}
+
 fn helpers_check() -> Check {
     let missing: Vec<&str> = [SIDECAR_BINARY, ESCALATE_BINARY]
         .into_iter()
@@ -506,6 +539,7 @@ pub fn run(env: &dyn HostEnv) -> Vec<Check> {
         ),
         cgroup_check(env),
         rlimit_check(env),
+        limits_check(),
         storage_check(),
         program("git", "git", true),
         helpers_check(),

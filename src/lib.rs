@@ -9,6 +9,7 @@ pub mod config;
 pub mod coordinator;
 pub mod doctor;
 pub mod domain;
+pub mod domains;
 pub mod engine;
 pub mod git_sentry;
 pub mod host;

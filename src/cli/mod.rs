@@ -150,6 +150,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the Session Coordinator's log of the domain of PROFILE
+    /// (current folder), with control characters made visible.
+    Logs {
+        profile: Option<String>,
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// How many of the last lines (0: all that is kept).
+        #[arg(long, short = 'n', default_value_t = 200)]
+        lines: usize,
+    },
+    /// The domains of this Storage Root: list them, prune stopped ones.
+    #[command(subcommand)]
+    Domains(DomainsCommand),
     /// (internal) The detached Session Coordinator of one domain.
     #[command(hide = true)]
     Coordinator {
@@ -225,6 +238,15 @@ enum ImageCommand {
         #[arg(long)]
         tag: Option<String>,
     },
+    /// Remove Lazaret's images (localhost/lazaret/...) that no profile, no
+    /// container and not the current Network Sidecar uses.
+    Prune {
+        /// Only print what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only these repositories (e.g. localhost/lazaret/trixie).
+        repositories: Vec<String>,
+    },
 }
 
 /// Which domain: a profile and a workspace folder.
@@ -235,6 +257,23 @@ struct DomainArgs {
     profile: Option<String>,
     /// Workspace folder (default: the current folder).
     path: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum DomainsCommand {
+    /// Profile, workspace, size, last use and state (running, stopped,
+    /// orphaned, broken) of every domain folder.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete stopped domains unused for longer than AGE (e.g. 30d, 12h).
+    /// Never a running one; asks before deleting an isolated clone that
+    /// holds commits the host's `lazaret/agent-*` branch lacks.
+    Prune {
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -418,6 +457,28 @@ pub fn run() -> Result<ExitCode> {
             verify,
             json,
         ),
+        Command::Domains(c) => {
+            let json = matches!(c, DomainsCommand::List { json: true });
+            let prune = match c {
+                DomainsCommand::Prune { older_than } => Some(
+                    crate::domains::parse_age(&older_than)
+                        .map_err(|e| anyhow::anyhow!("--older-than: {e}"))?,
+                ),
+                DomainsCommand::List { .. } => None,
+            };
+            session::domains(&cli.config, &env, json, prune)
+        }
+        Command::Logs {
+            profile,
+            workspace,
+            lines,
+        } => session::logs(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            lines,
+        ),
         Command::Coordinator {
             profile,
             workspace,
@@ -440,6 +501,10 @@ pub fn run() -> Result<ExitCode> {
             mirror,
             tag,
         }) => image_build(cli.config, &env, release, include, mirror, tag),
+        Command::Image(ImageCommand::Prune {
+            dry_run,
+            repositories,
+        }) => image_prune(&cli.config, &env, dry_run, &repositories),
         Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
             sandbox_up(cli.config, &env, &domain, runtime.as_deref())
         }
@@ -1063,6 +1128,42 @@ fn image_build(
     Ok(ExitCode::SUCCESS)
 }
 
+fn image_prune(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    dry_run: bool,
+    repositories: &[String],
+) -> Result<ExitCode> {
+    use crate::engine::images;
+    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
+    let podman = Podman::default();
+    let mut keep: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
+    // The sidecar image of this build (its tag is the helper's digest).
+    if let Some(bin) = crate::install::find_helper(crate::install::SIDECAR_BINARY)
+        && let Ok(digest) = images::file_sha256(&bin)
+    {
+        keep.push(format!("{}:{}", images::SIDECAR_REPOSITORY, &digest[..12]));
+    }
+    let in_use = images::images_in_use(&podman, &keep)?;
+    let all = images::local_images(&podman)?;
+    let doomed = images::prune_candidates(&all, &in_use, repositories);
+    if doomed.is_empty() {
+        println!("nothing to prune");
+    }
+    for i in &doomed {
+        if dry_run {
+            println!("would remove {}", i.name);
+            continue;
+        }
+        // A tag of an image that keeps other tags is only untagged.
+        podman
+            .run(["rmi", &i.name])
+            .with_context(|| format!("cannot remove {}", i.name))?;
+        println!("removed {}", i.name);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
     let cwd = current_dir()?;
     let mut warnings = Vec::new();
@@ -1092,6 +1193,15 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Limits are part of what a profile promises: say how each holds here.
+    let host = crate::engine::limits::HostSupport::detect(&Podman::default()).unwrap_or_default();
+    for p in config.profiles.values() {
+        println!("  limits of {}: {}", p.name, p.limits.summary());
+        let e = crate::engine::limits::Enforcement::of(&p.limits, p.runtime, &host);
+        for gap in e.gaps(&host) {
+            warnings.push(format!("profile {}: {gap}", p.name));
+        }
+    }
     for w in &warnings {
         println!("warning: {w}");
     }

@@ -58,6 +58,9 @@ fn announce(domain: &DomainStatus) {
             lazaret_widgets::visible::make_visible(failed).0
         );
     }
+    for gap in &domain.limit_gaps {
+        eprintln!("lazaret: {gap}");
+    }
     if !domain.gvisor {
         eprintln!(
             "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",
@@ -490,6 +493,105 @@ pub(crate) fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
     v
 }
 
+/// Domains whose containers podman knows but whose coordinator did not
+/// answer (crashed, killed, or its runtime folder removed).
+/// A coordinator that is alive but unreachable here (another runtime
+/// folder) still owns its domain: processes count, not only sockets.
+fn orphans(live: &[DomainStatus]) -> Vec<crate::engine::LabelledDomain> {
+    let running = coordinator_processes();
+    crate::engine::labelled_domains(&crate::engine::podman::Podman::default())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| !live.iter().any(|l| l.hash == d.hash) && !running.contains(&d.hash))
+        .collect()
+}
+
+/// Domain hashes of this user's running coordinator processes
+/// (`lazaret ... coordinator --profile P --workspace W --foreground`).
+fn coordinator_processes() -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut hashes = Vec::new();
+    for e in entries.flatten() {
+        if !e.metadata().is_ok_and(|m| m.uid() == uid) {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let has = |a: &str| args.iter().any(|x| x == a);
+        let after = |flag: &str| {
+            args.iter()
+                .position(|x| x == flag)
+                .and_then(|i| args.get(i + 1))
+        };
+        if !(has("coordinator") && has("--foreground")) {
+            continue;
+        }
+        if let (Some(p), Some(w)) = (after("--profile"), after("--workspace"))
+            && let Ok(a) = crate::domain::DomainAnchor::new(p, Path::new(w))
+        {
+            hashes.push(a.hash().to_string());
+        }
+    }
+    hashes
+}
+
+fn print_orphans(orphans: &[crate::engine::LabelledDomain]) {
+    if orphans.is_empty() {
+        return;
+    }
+    println!("orphaned (containers without a coordinator; `lazaret down --all` removes them):");
+    for o in orphans {
+        let (profile, _) = lazaret_widgets::visible::make_visible(&o.profile);
+        let (workspace, _) = lazaret_widgets::visible::make_visible(&o.workspace);
+        println!(
+            "{:<13} {:<12} {:<22} {}  {}",
+            o.hash,
+            profile,
+            o.runtime,
+            o.containers.join(","),
+            workspace
+        );
+    }
+    println!();
+}
+
+/// Removes an orphan: through the engine (containers and State Anchor)
+/// when its workspace still names it, else its containers by name.
+fn down_orphan(
+    config: &Config,
+    rundir: &RuntimeDir,
+    orphan: &crate::engine::LabelledDomain,
+) -> Result<()> {
+    let anchor = crate::domain::DomainAnchor::new(&orphan.profile, Path::new(&orphan.workspace))
+        .ok()
+        .filter(|a| a.hash() == orphan.hash);
+    if let Some(anchor) = anchor {
+        // No coordinator may start meanwhile.
+        let _guard = crate::coordinator::lock::exclusive(&anchor.lock_file(rundir))?;
+        Engine::new(config, rundir.clone())
+            .down(&anchor)
+            .with_context(|| format!("cannot clean up domain {}", orphan.hash))?;
+        let _ = std::fs::remove_file(anchor.control_socket(rundir));
+        return Ok(());
+    }
+    let podman = crate::engine::podman::Podman::default();
+    for name in &orphan.containers {
+        podman
+            .remove(name)
+            .with_context(|| format!("cannot remove {name} of domain {}", orphan.hash))?;
+    }
+    Ok(())
+}
+
 fn uptime(secs: u64) -> String {
     match secs {
         s if s < 60 => format!("{s}s"),
@@ -515,11 +617,32 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         .into_iter()
         .filter(|b| !domains.iter().any(|d| d.hash == b.hash))
         .collect();
+    let orphans = orphans(&domains);
     if json {
         let mut all = Vec::new();
         for d in &domains {
             let mut v = serde_json::to_value(d)?;
             v["state"] = "running".into();
+            all.push(v);
+        }
+        for o in &orphans {
+            let mut v = serde_json::to_value(DomainStatus {
+                hash: o.hash.clone(),
+                profile: o.profile.clone(),
+                workspace: o.workspace.clone(),
+                sandbox: o.containers.first().cloned().unwrap_or_default(),
+                runtime: o.runtime.clone(),
+                gvisor: o.runtime == "runsc",
+                workspace_mode: String::new(),
+                sessions: Vec::new(),
+                uptime: 0,
+                coordinator_pid: 0,
+                degraded: None,
+                limits: String::new(),
+                limit_gaps: Vec::new(),
+                orphaned: true,
+            })?;
+            v["state"] = "orphaned".into();
             all.push(v);
         }
         for b in &broken {
@@ -531,10 +654,14 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_broken(&broken);
-    if domains.is_empty() {
+    if domains.is_empty() && orphans.is_empty() {
         if broken.is_empty() {
             println!("no domain is running");
         }
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_orphans(&orphans);
+    if domains.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -608,13 +735,14 @@ fn down_socket(rt: &tokio::runtime::Runtime, socket: &Path) -> Result<Option<Str
     };
     let pid = c.domain.coordinator_pid;
     let hash = c.domain.hash.clone();
+    let profile = c.domain.profile.clone();
     let _ = rt.block_on(c.call(&ClientMsg::Down));
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(120);
     while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() {
         if Instant::now() > deadline {
             bail!(
-                "the coordinator of domain {hash} (pid {pid}) did not finish its teardown within 120 s; see its log"
+                "the coordinator of domain {hash} (pid {pid}) did not finish its teardown within 120 s; see its log: `lazaret logs {profile}`"
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -646,6 +774,19 @@ pub fn down(
                 }
                 n += 1;
             }
+        }
+        // Orphans of this configuration's Storage Root: another root's
+        // containers (another setup, a test) are not ours to remove.
+        let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)
+            .map(|l| l.config)
+            .context("cannot load the configuration to find orphaned domains")?;
+        for orphan in orphans(&[]) {
+            if !config.data_root.join("domains").join(&orphan.hash).is_dir() {
+                continue;
+            }
+            down_orphan(&config, &rundir, &orphan)?;
+            println!("orphaned domain {} is down", orphan.hash);
+            n += 1;
         }
         for b in crate::engine::teardown::broken_domains(&rundir) {
             if !broken.contains(&b.hash) {
@@ -728,6 +869,143 @@ fn down_context(
             .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
     );
     Ok((config, ctx, rundir))
+}
+
+/// `lazaret domains list` and `lazaret domains prune --older-than AGE`.
+pub fn domains(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    json: bool,
+    prune: Option<Duration>,
+) -> Result<ExitCode> {
+    use crate::domains::{State, list, remove_root, unpropagated_commit};
+    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let rt = runtime()?;
+    let podman = crate::engine::podman::Podman::default();
+    // Owned: a coordinator answers or runs; else a domain whose containers
+    // run is orphaned (or started by `sandbox up`).
+    let mut owned = coordinator_processes();
+    for socket in sockets(&rundir) {
+        if let Ok(c) = rt.block_on(query(&socket)) {
+            owned.push(c.domain.hash.clone());
+        }
+    }
+    let labelled =
+        crate::engine::labelled_domains(&podman).context("cannot list the domains' containers")?;
+    let entries = list(&config.data_root, &labelled, &owned);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let Some(age) = prune else {
+        if json {
+            println!("{}", serde_json::to_string_pretty(&entries)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if entries.is_empty() {
+            println!("no domain in {}", config.data_root.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<13} {:<12} {:<9} {:>10} {:>10}  WORKSPACE",
+            "DOMAIN", "PROFILE", "STATE", "SIZE", "LAST USED"
+        );
+        for e in &entries {
+            let profile = e.profile.as_deref().unwrap_or("?");
+            let workspace = e
+                .workspace
+                .as_ref()
+                .map_or("?".into(), |w| w.display().to_string());
+            println!(
+                "{:<13} {:<12} {:<9} {:>10} {:>10}  {}",
+                e.hash,
+                lazaret_widgets::visible::make_visible(profile).0,
+                serde_json::to_value(e.state)?.as_str().unwrap_or("?"),
+                crate::engine::limits::show_size(e.size),
+                format!("{} ago", uptime(now.saturating_sub(e.last_used))),
+                lazaret_widgets::visible::make_visible(&workspace).0
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut removed = 0;
+    for e in entries {
+        if e.state != State::Stopped || now.saturating_sub(e.last_used) < age.as_secs() {
+            continue;
+        }
+        if let Some(commit) = unpropagated_commit(&e) {
+            let question = format!(
+                "domain {} holds commit {commit} on its agent branch that {} lacks; delete it anyway?",
+                e.hash,
+                e.workspace
+                    .as_ref()
+                    .map_or("the host repository".into(), |w| w.display().to_string())
+            );
+            if !confirm(&question) {
+                println!(
+                    "kept {}: its clone holds commits not on the host branch",
+                    e.hash
+                );
+                continue;
+            }
+        }
+        remove_root(&podman, &e.root)
+            .map_err(|err| anyhow::anyhow!("cannot delete {}: {err}", e.root.display()))?;
+        println!(
+            "removed {} ({})",
+            e.hash,
+            crate::engine::limits::show_size(e.size)
+        );
+        removed += 1;
+    }
+    if removed == 0 {
+        println!("nothing to prune");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks yes/no on a terminal; without one the answer is no.
+fn confirm(question: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        eprintln!("{question} (no terminal to ask: no)");
+        return false;
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    matches!(line.trim(), "y" | "Y" | "yes")
+}
+
+/// `lazaret logs`: the coordinator's log, each line made visible (it holds
+/// text the agent chose: branch names, commands).
+pub fn logs(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    lines: usize,
+) -> Result<ExitCode> {
+    let (_, ctx, _) = context(explicit, env, profile, workspace)?;
+    let rotated = crate::coordinator::log::rotated(&ctx.log);
+    if !ctx.log.exists() && !rotated.exists() {
+        bail!(
+            "domain {} has no log yet ({}): its coordinator never ran",
+            ctx.anchor.hash(),
+            ctx.log.display()
+        );
+    }
+    let all = crate::coordinator::log::tail(&ctx.log, if lines == 0 { usize::MAX } else { lines });
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for line in all {
+        let (shown, _) = lazaret_widgets::visible::make_visible(&line);
+        if writeln!(out, "{shown}").is_err() {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn audit(

@@ -257,6 +257,7 @@ pub struct ProfileConfig {
     pub workspace_mode: Option<WorkspaceMode>,
     /// argv of the session command; `None` means a login shell.
     pub command: Option<Vec<String>>,
+    pub limits: crate::engine::limits::Limits,
 }
 
 /// A value of a profile's `env` table.
@@ -1389,6 +1390,13 @@ impl Validator<'_> {
                 }
             },
         };
+        let limits = crate::engine::limits::Limits::from_schema(raw.limits.as_ref())
+            .unwrap_or_else(|problems| {
+                for (key, msg) in problems {
+                    self.problem(&format!("{base}.limits.{key}"), msg);
+                }
+                Default::default()
+            });
         (self.problems.len() == before).then(|| ProfileConfig {
             name: name.to_string(),
             image,
@@ -1402,6 +1410,7 @@ impl Validator<'_> {
             runtime_explicit: raw.runtime.is_some(),
             workspace_mode: raw.workspace_mode,
             command,
+            limits,
         })
     }
 

@@ -69,6 +69,8 @@ pub struct Profile {
     pub workspace_mode: Option<WorkspaceMode>,
     /// What a new session runs, as a shell-words string (default: a login shell).
     pub command: Option<String>,
+    /// Memory, processes, CPUs and `/tmp` size of the sandbox.
+    pub limits: Option<crate::engine::limits::LimitsSchema>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

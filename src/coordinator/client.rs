@@ -25,12 +25,13 @@ pub enum ClientError {
     #[error("cannot start the Session Coordinator: {0}")]
     Spawn(std::io::Error),
     #[error(
-        "the Session Coordinator did not open its socket {socket} within {secs} s. Its log ({log}) ends with:\n{tail}"
+        "the Session Coordinator did not open its socket {socket} within {secs} s. Its log ({log}; `lazaret logs {profile}` shows it all) ends with:\n{tail}"
     )]
     NoSocket {
         socket: PathBuf,
         secs: u64,
         log: PathBuf,
+        profile: String,
         tail: String,
     },
     #[error("the Session Coordinator refused: {0}")]
@@ -104,11 +105,9 @@ async fn try_connect(socket: &Path) -> Option<UnixStream> {
     UnixStream::connect(socket).await.ok()
 }
 
+/// The log's last lines, agent-controlled text made visible.
 fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    // The log holds text the agent influenced: escaped for the terminal.
-    lines[lines.len().saturating_sub(12)..]
+    super::log::tail(log, 12)
         .iter()
         .map(|l| lazaret_widgets::visible::visible(l))
         .collect::<Vec<_>>()
@@ -149,7 +148,8 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
     let status = cmd.status().map_err(ClientError::Spawn)?;
     if !status.success() {
         return Err(ClientError::Spawn(std::io::Error::other(format!(
-            "the coordinator launcher exited with {status}; see {}",
+            "the coordinator launcher exited with {status}; see its log: `lazaret logs {}` ({})",
+            ctx.anchor.profile(),
             ctx.log.display()
         ))));
     }
@@ -189,6 +189,7 @@ pub async fn open_socket(ctx: &DomainContext, start: bool) -> Result<UnixStream,
                             socket: ctx.control_socket.clone(),
                             secs: BIND_DEADLINE.as_secs(),
                             log: ctx.log.clone(),
+                            profile: ctx.anchor.profile().to_string(),
                             tail: log_tail(&ctx.log),
                         });
                     }

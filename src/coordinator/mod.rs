@@ -5,6 +5,7 @@ pub mod client;
 pub mod confine;
 pub mod escalation;
 pub mod lock;
+pub mod log;
 pub mod protocol;
 pub mod server;
 pub mod store;

@@ -104,6 +104,16 @@ pub struct DomainStatus {
     /// `--allow-degraded`; `None` when it passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    /// The sandbox's resource limits, for people (`memory 4 GiB, ...`).
+    #[serde(default)]
+    pub limits: String,
+    /// Limits this host does not apply, with why (never silent).
+    #[serde(default)]
+    pub limit_gaps: Vec<String>,
+    /// Found by its containers' labels with no coordinator answering
+    /// (`status` fills it; a coordinator never does).
+    #[serde(default)]
+    pub orphaned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

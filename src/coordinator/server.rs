@@ -54,6 +54,8 @@ struct Shared {
     pending: Mutex<BTreeMap<String, PendingPrompt>>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
+    /// Limits this host does not apply (filled at boot).
+    limit_gaps: Mutex<Vec<String>>,
 }
 
 /// A connected session that holds the domain up.
@@ -131,12 +133,9 @@ impl SessionDirectory for Directory {
     }
 }
 
+/// One line of the coordinator's log (coordinator::log).
 fn log(msg: &str) {
-    eprintln!(
-        "[{} coordinator {}] {msg}",
-        super::store::now(),
-        std::process::id()
-    );
+    tracing::info!("{msg}");
 }
 
 impl Shared {
@@ -171,6 +170,9 @@ impl Shared {
             degraded: sandbox.as_ref().and_then(|_| {
                 crate::engine::selftest::degraded(&anchor.domain_root(&self.engine.data_root))
             }),
+            limits: self.resolved.profile.limits.summary(),
+            limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
+            orphaned: false,
         }
     }
 
@@ -198,12 +200,22 @@ pub fn run(
     // Our own session: no controlling terminal, no signals from the shell
     // that started us.
     let _ = nix::unistd::setsid();
-    // One coordinator per domain at a time: a predecessor may still be
-    // tearing down (it holds this lock until it exits, and the store).
-    let _owner = wait_for_owner_lock(owner_lock)?;
     let domain_root = resolved.domain.domain_root(&engine.data_root);
     std::fs::create_dir_all(&domain_root)
         .with_context(|| format!("cannot create {}", domain_root.display()))?;
+    // `domains list` names a stopped domain by this record.
+    let _ = crate::domains::record_anchor(&domain_root, &resolved.domain);
+    let log_path = domain_root.join("coordinator.log");
+    super::log::init(&log_path)
+        .with_context(|| format!("cannot open the log {}", log_path.display()))?;
+    log(&format!(
+        "coordinator pid {} for domain {}",
+        std::process::id(),
+        resolved.domain.hash()
+    ));
+    // One coordinator per domain at a time: a predecessor may still be
+    // tearing down (it holds this lock until it exits, and the store).
+    let _owner = wait_for_owner_lock(owner_lock)?;
     let store = Arc::new(Store::open(&domain_root.join("state.redb"))?);
     // The audit store and log are the user's alone (0700/0600).
     engine.secure_domain(&resolved.domain);
@@ -289,6 +301,7 @@ async fn serve(
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
         shutdown: shutdown_tx,
+        limit_gaps: Mutex::new(Vec::new()),
     });
     shared
         .audit(
@@ -307,12 +320,22 @@ async fn serve(
 
     // Boot on the blocking pool, streaming steps to waiting sessions.
     let (stop_sync_tx, stop_sync_rx) = std::sync::mpsc::channel::<()>();
+    let (stop_watch_tx, stop_watch_rx) = std::sync::mpsc::channel::<()>();
     {
         let shared = shared.clone();
         tokio::spawn(async move {
             let s2 = shared.clone();
             let tx = boot_tx.clone();
             let result = tokio::task::spawn_blocking(move || {
+                let host = s2.engine.host_support();
+                let profile = &s2.resolved.profile;
+                let gaps =
+                    crate::engine::limits::Enforcement::of(&profile.limits, profile.runtime, &host)
+                        .gaps(&host);
+                for g in &gaps {
+                    log(g);
+                }
+                *s2.limit_gaps.lock().expect("lock") = gaps;
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
                     s2.boot_log.lock().expect("lock").push(step.to_string());
@@ -339,6 +362,7 @@ async fn serve(
                             }
                         });
                     }
+                    start_watchdog(&shared, stop_watch_rx);
                     shared
                         .audit(
                             "domain-up",
@@ -402,6 +426,7 @@ async fn serve(
     let anchor = s2.resolved.domain.clone();
     let down = tokio::task::spawn_blocking(move || s2.engine.down(&anchor)).await;
     let _ = stop_sync_tx.send(());
+    let _ = stop_watch_tx.send(());
     if let Some(t) = escalation_task {
         t.abort();
     }
@@ -431,6 +456,72 @@ async fn serve(
     };
     shared.audit("domain-down", outcome).await;
     Ok(())
+}
+
+/// How often the watchdog looks at the sandbox's processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(300);
+
+/// Enforces the profile's memory and process limits where no cgroup does
+/// (engine::limits), and tears the domain down when its sandbox is gone.
+fn start_watchdog(shared: &Arc<Shared>, stop: std::sync::mpsc::Receiver<()>) {
+    use crate::engine::limits::{Verdict, show_size};
+    let profile = &shared.resolved.profile;
+    let dog = match shared
+        .engine
+        .watchdog(&shared.resolved.domain, profile.limits, profile.runtime)
+    {
+        Ok(d) => d,
+        Err(e) => {
+            log(&format!(
+                "cannot watch the sandbox's memory, stopping the domain: {e}"
+            ));
+            let _ = shared.shutdown.send(true);
+            return;
+        }
+    };
+    let shared = shared.clone();
+    let rt = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        loop {
+            if !matches!(
+                stop.recv_timeout(WATCH_INTERVAL),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            let (event, detail) = match dog.check() {
+                Verdict::Within(_) => continue,
+                Verdict::Gone => {
+                    log("the Agent Sandbox is gone; tearing the domain down");
+                    let _ = shared.shutdown.send(true);
+                    return;
+                }
+                Verdict::OverMemory { usage, killed } => (
+                    "limit-memory",
+                    serde_json::json!({
+                        "limit": dog.limits.memory, "rss": usage.rss, "killed_pid": killed,
+                        "message": format!(
+                            "the sandbox used {} of its {} memory limit: killed its biggest process (host pid {killed})",
+                            show_size(usage.rss), show_size(dog.limits.memory)
+                        ),
+                    }),
+                ),
+                Verdict::OverPids { usage } => (
+                    "limit-pids",
+                    serde_json::json!({
+                        "limit": dog.limits.pids, "processes": usage.processes,
+                        "message": format!(
+                            "the sandbox ran {} host processes, over its limit of {}: killed them all",
+                            usage.processes, dog.limits.pids
+                        ),
+                    }),
+                ),
+            };
+            log(detail["message"].as_str().unwrap_or(event));
+            let s = shared.clone();
+            rt.block_on(s.audit(event, detail));
+        }
+    });
 }
 
 fn start_escalation(

@@ -293,3 +293,112 @@ mod tests {
         assert!(d.starts_with("20"));
     }
 }
+
+/// One tag of a local image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImage {
+    /// `repository:tag`.
+    pub name: String,
+    pub id: String,
+}
+
+/// The tags `image prune` removes: Lazaret's (`localhost/lazaret/...`, or
+/// only `repositories` when given) whose image no profile, container or the
+/// current sidecar uses. `in_use` holds image ids.
+pub fn prune_candidates(
+    images: &[LocalImage],
+    in_use: &[String],
+    repositories: &[String],
+) -> Vec<LocalImage> {
+    let ours = |name: &str| {
+        let repo = name.rsplit_once(':').map_or(name, |(r, _)| r);
+        if repositories.is_empty() {
+            repo.starts_with(&format!("{BASE_REPOSITORY}/"))
+        } else {
+            repositories.iter().any(|r| r == repo)
+        }
+    };
+    images
+        .iter()
+        .filter(|i| ours(&i.name))
+        .filter(|i| {
+            !in_use
+                .iter()
+                .any(|u| i.id.starts_with(u) || u.starts_with(&i.id))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Every tagged local image.
+pub fn local_images(podman: &Podman) -> Result<Vec<LocalImage>, PodmanError> {
+    let out = podman.run([
+        "images",
+        "--no-trunc",
+        "--format",
+        "{{.Repository}}:{{.Tag}}\t{{.ID}}",
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(n, _)| !n.contains("<none>"))
+        .map(|(n, id)| LocalImage {
+            name: n.to_string(),
+            id: id.trim_start_matches("sha256:").to_string(),
+        })
+        .collect())
+}
+
+/// Ids of `names` (missing ones are skipped) and of every container's image.
+pub fn images_in_use(podman: &Podman, names: &[String]) -> Result<Vec<String>, PodmanError> {
+    let mut ids: Vec<String> = Vec::new();
+    for n in names {
+        if let Ok(id) = podman.run(["image", "inspect", "--format", "{{.Id}}", n]) {
+            ids.push(id.trim().trim_start_matches("sha256:").to_string());
+        }
+    }
+    let out = podman.run(["ps", "-a", "--no-trunc", "--format", "{{.ImageID}}"])?;
+    ids.extend(
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.trim_start_matches("sha256:").to_string()),
+    );
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_images_in_use_and_foreign_ones() {
+        let img = |n: &str, id: &str| LocalImage {
+            name: n.into(),
+            id: id.into(),
+        };
+        let images = [
+            img("localhost/lazaret/trixie:latest", "aaa1"),
+            img("localhost/lazaret/trixie:20260101-x", "aaa1"),
+            img("localhost/lazaret/trixie:20250101-y", "bbb2"),
+            img("localhost/lazaret/sidecar:123", "ccc3"),
+            img("docker.io/library/debian:12", "ddd4"),
+        ];
+        let names: Vec<String> = prune_candidates(&images, &["aaa1".into()], &[])
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "localhost/lazaret/trixie:20250101-y",
+                "localhost/lazaret/sidecar:123"
+            ]
+        );
+        let only: Vec<String> =
+            prune_candidates(&images, &[], &["localhost/lazaret/sidecar".into()])
+                .into_iter()
+                .map(|i| i.name)
+                .collect();
+        assert_eq!(only, ["localhost/lazaret/sidecar:123"]);
+    }
+}

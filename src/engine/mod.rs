@@ -9,6 +9,7 @@
 //! by name.
 
 pub mod images;
+pub mod limits;
 pub mod mounts;
 pub mod podman;
 pub mod seccomp;
@@ -35,6 +36,80 @@ pub const LABEL_ROLE: &str = "lazaret.role";
 pub const LABEL_RUNTIME: &str = "lazaret.runtime";
 pub const LABEL_PROFILE: &str = "lazaret.profile";
 pub const LABEL_WORKSPACE: &str = "lazaret.workspace";
+
+/// A domain as its containers' labels describe it (engine-side view, no
+/// coordinator needed): how `status` and `down --all` find orphans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelledDomain {
+    pub hash: String,
+    pub profile: String,
+    pub workspace: String,
+    pub runtime: String,
+    /// Container names, sandbox first (the order teardown needs).
+    pub containers: Vec<String>,
+    /// Every one of them runs.
+    pub running: bool,
+}
+
+/// Every domain with a container podman knows, by its labels.
+pub fn labelled_domains(podman: &Podman) -> Result<Vec<LabelledDomain>, PodmanError> {
+    let format = [
+        LABEL_DOMAIN,
+        LABEL_ROLE,
+        LABEL_PROFILE,
+        LABEL_WORKSPACE,
+        LABEL_RUNTIME,
+    ]
+    .iter()
+    .map(|l| format!("{{{{index .Labels \"{l}\"}}}}"))
+    .collect::<Vec<_>>()
+    .join("\t");
+    let out = podman.run([
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label={LABEL_DOMAIN}"),
+        "--format",
+        &format!("{{{{.Names}}}}\t{{{{.State}}}}\t{format}"),
+    ])?;
+    let mut domains: Vec<LabelledDomain> = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [name, state, hash, role, profile, workspace, runtime] = f[..] else {
+            continue;
+        };
+        let i = match domains.iter().position(|d| d.hash == hash) {
+            Some(i) => i,
+            None => {
+                domains.push(LabelledDomain {
+                    hash: hash.into(),
+                    profile: profile.into(),
+                    workspace: workspace.into(),
+                    runtime: String::new(),
+                    containers: Vec::new(),
+                    running: true,
+                });
+                domains.len() - 1
+            }
+        };
+        let d = &mut domains[i];
+        // podman 4 prints "Up 3 minutes ago", later ones "running".
+        d.running &= state.starts_with("Up") || state == "running";
+        if role == "sandbox" {
+            d.runtime = runtime.into();
+            d.containers.insert(0, name.into());
+        } else {
+            d.containers.push(name.into());
+        }
+    }
+    domains.sort_by(|a, b| a.hash.cmp(&b.hash));
+    Ok(domains)
+}
+
+/// How long an image pull may take.
+const PULL_DEADLINE: Duration = Duration::from_secs(1800);
+/// How often long work reports that it is still going.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// How long the sidecar may take to become healthy.
 const SIDECAR_DEADLINE: Duration = Duration::from_secs(30);
@@ -137,8 +212,14 @@ impl Sandbox {
 }
 
 /// Steps of `up`, for a progress display.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// A pull in progress, repeated every [`HEARTBEAT`]: each one reaches
+    /// every waiting session, so no client deadline fires meanwhile.
+    PullingImage {
+        image: String,
+        secs: u64,
+    },
     CleaningLeftovers,
     PreparingWorkspace,
     SidecarImage,
@@ -150,7 +231,11 @@ pub enum Step {
 
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Step::PullingImage { image, secs } = self {
+            return write!(f, "pulling image {image} ({secs} s so far)");
+        }
         f.write_str(match self {
+            Step::PullingImage { .. } => "pulling an image",
             Step::CleaningLeftovers => "removing leftovers of an earlier run",
             Step::PreparingWorkspace => "preparing the agent's workspace and branch",
             Step::SidecarImage => "preparing the Network Sidecar image",
@@ -195,6 +280,7 @@ impl Engine {
             Runtime::Runc => "runc".to_string(),
         };
         let layout = self.layout(resolved)?;
+        let _ = crate::domains::record_anchor(&self.domain_root(anchor), anchor);
         if self.podman.is_running(&anchor.sandbox_name())?
             && self.podman.is_running(&anchor.sidecar_name())?
             && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
@@ -211,7 +297,7 @@ impl Engine {
             progress(Step::CleaningLeftovers);
             self.down(anchor)?;
         }
-        self.ensure_image(&profile.image)?;
+        self.ensure_image(&profile.image, progress)?;
         progress(Step::PreparingWorkspace);
         layout.prepare()?;
         progress(Step::SidecarImage);
@@ -328,17 +414,30 @@ impl Engine {
         })
     }
 
-    fn ensure_image(&self, image: &str) -> Result<(), EngineError> {
+    fn ensure_image(&self, image: &str, progress: &mut dyn FnMut(Step)) -> Result<(), EngineError> {
         if self.podman.image_exists(image)? {
             return Ok(());
         }
         if image.starts_with("localhost/") {
             return Err(EngineError::NoImage(image.to_string()));
         }
-        self.podman
-            .run_with(["pull", "--quiet", image], Duration::from_secs(600), None)
-            .map(drop)
-            .map_err(|_| EngineError::NoImage(image.to_string()))
+        let started = Instant::now();
+        progress(Step::PullingImage {
+            image: image.to_string(),
+            secs: 0,
+        });
+        let mut cmd = self.podman.command();
+        cmd.args(["pull", "--quiet", image]);
+        let ok = podman::run_with_heartbeat(cmd, PULL_DEADLINE, HEARTBEAT, &mut || {
+            progress(Step::PullingImage {
+                image: image.to_string(),
+                secs: started.elapsed().as_secs(),
+            });
+        });
+        match ok {
+            Ok(true) => Ok(()),
+            _ => Err(EngineError::NoImage(image.to_string())),
+        }
     }
 
     fn labels(anchor: &DomainAnchor, role: &str, runtime: &str) -> Vec<String> {
@@ -560,13 +659,52 @@ impl Engine {
             "sandbox",
             resolved.profile.runtime.as_str(),
         ));
+        args.extend(limits::podman_args(
+            &resolved.profile.limits,
+            resolved.profile.runtime,
+            &self.host_support(),
+        ));
         for m in &table {
             args.extend(m.podman_args().map_err(EngineError::Mount)?);
         }
         args.push(resolved.profile.image.clone());
-        args.extend(["sleep".into(), "infinity".into()]);
+        // PID 1 must reap: orphans of the agent's processes are re-parented
+        // to it, and unreaped zombies would hold the pids limit forever
+        // (measured: `sleep infinity` left 125 of 128). dash reaps every
+        // child while it waits.
+        args.extend([
+            "sh".into(),
+            "-c".into(),
+            "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done".into(),
+        ]);
         self.podman.run(&args)?;
         Ok(())
+    }
+
+    /// What this host lets podman enforce; nothing when podman cannot say
+    /// (every limit then falls back to what holds without cgroups).
+    pub fn host_support(&self) -> limits::HostSupport {
+        limits::HostSupport::detect(&self.podman).unwrap_or_default()
+    }
+
+    /// The watchdog for domain `anchor`'s running Agent Sandbox.
+    pub fn watchdog(
+        &self,
+        anchor: &DomainAnchor,
+        limits: limits::Limits,
+        runtime: Runtime,
+    ) -> Result<limits::Watchdog, EngineError> {
+        let out = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.Id}} {{.State.Pid}}",
+            &anchor.sandbox_name(),
+        ])?;
+        let (id, pid) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
+        let mut dog = limits::Watchdog::new(id, limits, runtime);
+        dog.main_pid = pid.parse().ok().filter(|p| *p > 0);
+        Ok(dog)
     }
 
     /// The sandbox must run under the runtime asked for: a silent downgrade

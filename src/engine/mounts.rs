@@ -109,8 +109,9 @@ pub fn volume(v: &ResolvedVolume) -> Mount {
 /// read-only over itself (the agent may read the project's own settings,
 /// never write them); a missing one is a tmpfs, so nothing written there
 /// reaches the host. `.git/hooks` is masked only where it exists: inside a
-/// read-only `.git` no mountpoint can be created.
-pub fn masks(host: &Path) -> Vec<Mount> {
+/// read-only `.git` no mountpoint can be created. Folders in `created` are
+/// mount points Lazaret itself made on an earlier start: still masks.
+pub fn masks(host: &Path, created: &[PathBuf]) -> Vec<Mount> {
     MASKED
         .iter()
         .filter(|m| !m.starts_with(".git/") || host.join(m).is_dir())
@@ -118,7 +119,7 @@ pub fn masks(host: &Path) -> Vec<Mount> {
             let container = Path::new(WORKSPACE).join(m);
             let source = host.join(m);
             let real_dir = std::fs::symlink_metadata(&source).is_ok_and(|md| md.is_dir());
-            if real_dir && !m.starts_with(".git/") {
+            if real_dir && !m.starts_with(".git/") && !created.contains(&source) {
                 Mount::bind(source, container, true)
             } else {
                 Mount::Tmpfs { container }

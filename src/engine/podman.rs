@@ -181,6 +181,34 @@ impl Podman {
     }
 }
 
+/// Runs `cmd` (output discarded) until it exits or `limit` passes, calling
+/// `beat` every `every` meanwhile. `Ok(true)` when it exited successfully;
+/// past the limit it is killed and `Ok(false)` returned.
+pub fn run_with_heartbeat(
+    mut cmd: Command,
+    limit: Duration,
+    every: Duration,
+    beat: &mut dyn FnMut(),
+) -> std::io::Result<bool> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.wait_timeout(every)? {
+            return Ok(status.success());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(false);
+        }
+        beat();
+    }
+}
+
 /// podman prints warnings (e.g. "/ is not a shared mount") before the error;
 /// keep the lines that say what went wrong.
 fn meaningful_stderr(stderr: &str) -> String {
@@ -199,6 +227,32 @@ fn meaningful_stderr(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_work_beats_while_it_runs() {
+        let mut beats = 0;
+        let mut cmd = Command::new("sleep");
+        cmd.arg("0.45");
+        let ok = run_with_heartbeat(
+            cmd,
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            &mut || beats += 1,
+        )
+        .unwrap();
+        assert!(ok);
+        assert!(beats >= 3, "{beats} beats");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("5");
+        let ok = run_with_heartbeat(
+            cmd,
+            Duration::from_millis(200),
+            Duration::from_millis(50),
+            &mut || {},
+        )
+        .unwrap();
+        assert!(!ok, "killed at its limit");
+    }
 
     #[test]
     fn warnings_are_dropped_from_errors() {

@@ -406,8 +406,16 @@ impl WorkspaceLayout {
                 });
             }
         }
+        // Mount points made by an earlier start (the list is Lazaret's, in
+        // the Domain Root) are not the project's folders.
+        let created: Vec<PathBuf> =
+            std::fs::read_to_string(self.domain_root.join(MOUNTPOINTS_FILE))
+                .unwrap_or_default()
+                .lines()
+                .map(PathBuf::from)
+                .collect();
         m.extend(
-            mounts::masks(&self.workspace_source)
+            mounts::masks(&self.workspace_source, &created)
                 .into_iter()
                 .filter(|x| !x.container().starts_with(Path::new(WORKSPACE).join(".git"))),
         );

@@ -161,6 +161,14 @@ struct Areas {
     status: Rect,
 }
 
+/// The status line names each limit this host does not apply.
+fn limit_gaps_text(d: &DomainStatus) -> String {
+    d.limit_gaps
+        .iter()
+        .map(|g| format!(" · {}", g.split(':').next().unwrap_or(g)))
+        .collect()
+}
+
 fn pane_block(title: String, gvisor: Option<bool>, focused: bool) -> Block<'static> {
     let style = match gvisor {
         Some(false) => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
@@ -1144,10 +1152,19 @@ impl App {
                 d.runtime,
                 lazaret_widgets::visible::make_visible(d.degraded.as_deref().unwrap_or("")).0
             ),
-            Some(d) if d.gvisor => format!("{} {} · gVisor ({})", d.profile, d.hash, d.runtime),
+            Some(d) if d.gvisor => format!(
+                "{} {} · gVisor ({}){}",
+                d.profile,
+                d.hash,
+                d.runtime,
+                limit_gaps_text(d)
+            ),
             Some(d) => format!(
-                "{} {} · !! NOT gVisor: {} !! the agent shares the host kernel",
-                d.profile, d.hash, d.runtime
+                "{} {} · !! NOT gVisor: {} !! the agent shares the host kernel{}",
+                d.profile,
+                d.hash,
+                d.runtime,
+                limit_gaps_text(d)
             ),
             None => match &t.phase {
                 Phase::Failed(why) => format!(

@@ -1,0 +1,741 @@
+//! Resource limits of an Agent Sandbox: memory, processes, CPU and the size
+//! of its `/tmp`.
+//!
+//! Measured on cgroups v1 rootless hosts (Debian 12): podman ignores
+//! `--memory`, `--pids-limit` and `--cpus` with a warning, `--ulimit data=`
+//! stops a hog under runc but not under runsc, and gVisor's own `/tmp` is a
+//! tmpfs sized at half the host's RAM. So a limit is applied by every
+//! mechanism the host offers, and the one that always holds is the Session
+//! Coordinator's [`Watchdog`]: it sums what the container's host processes
+//! cost (their proportional share of mapped memory, plus the memfd in which
+//! `runsc-sandbox` keeps all of the agent's memory, `/tmp` included) and
+//! kills over the limit, like the kernel's OOM killer would. Where a limit is not applied at all
+//! ([`Enforcement`]), `doctor`, `config check` and the status line say so.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Runtime;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+
+/// Defaults: generous for a build, far below what takes a workstation down.
+pub const DEFAULT_MEMORY: u64 = 4 * GIB;
+pub const DEFAULT_PIDS: u32 = 1024;
+/// The smallest limits that still start a sandbox and a shell.
+const MIN_MEMORY: u64 = 64 * MIB;
+const MIN_PIDS: u32 = 16;
+
+/// Room under runc for tasks the user's other containers start after this
+/// one (they share the kernel's count); the watchdog holds the sandbox
+/// itself to `pids`.
+const RUNC_NPROC_SLACK: u64 = 512;
+
+/// Set on the sandbox's processes: the kernel's OOM killer picks them first.
+pub const OOM_SCORE_ADJ: i32 = 1000;
+
+/// One profile's limits, validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Bytes of resident memory of the whole sandbox.
+    pub memory: u64,
+    /// CPUs (fractions allowed); `None`: no limit.
+    pub cpus: Option<f64>,
+    /// Processes (and threads, under cgroups) in the sandbox.
+    pub pids: u32,
+    /// Bytes of the tmpfs at `/tmp`.
+    pub tmp: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory: DEFAULT_MEMORY,
+            cpus: None,
+            pids: DEFAULT_PIDS,
+            tmp: DEFAULT_MEMORY / 2,
+        }
+    }
+}
+
+/// `limits = { memory = "2GiB", cpus = 2, pids = 512, tmp = "512MiB" }` as
+/// written in a configuration file.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSchema {
+    pub memory: Option<Size>,
+    pub cpus: Option<Number>,
+    pub pids: Option<i64>,
+    pub tmp: Option<Size>,
+}
+
+/// A size: bytes, or a string such as `"512MiB"`, `"2G"`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Size {
+    Bytes(i64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// Parses `"512MiB"`, `"2G"`, `"1.5GiB"`, `"100k"`, `"4096"` (bytes).
+/// K/M/G/T mean powers of 1024 with or without the `i`, as in podman.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let factor = match unit.trim_end_matches('b').trim_end_matches('i') {
+        "" => 1,
+        "k" => KIB,
+        "m" => MIB,
+        "g" => GIB,
+        "t" => 1024 * GIB,
+        _ => {
+            return Err(format!(
+                "`{text}` has an unknown unit (use B, KiB, MiB, GiB)"
+            ));
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as \"512MiB\" or \"2GiB\""))?;
+    let bytes = n * factor as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{text}` is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A size for people: `256 MiB`, `4 GiB`, `1.5 GiB`.
+pub fn show_size(bytes: u64) -> String {
+    let (unit, div) = if bytes >= GIB {
+        ("GiB", GIB)
+    } else if bytes >= MIB {
+        ("MiB", MIB)
+    } else {
+        ("KiB", KIB)
+    };
+    let v = bytes as f64 / div as f64;
+    if (v - v.round()).abs() < 0.05 {
+        format!("{} {unit}", v.round())
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
+impl Limits {
+    /// Validates a profile's `limits`; each problem comes with its key
+    /// (relative to `limits`).
+    pub fn from_schema(raw: Option<&LimitsSchema>) -> Result<Limits, Vec<(&'static str, String)>> {
+        let mut limits = Limits::default();
+        let Some(raw) = raw else {
+            return Ok(limits);
+        };
+        let mut problems = Vec::new();
+        let size = |s: &Size| match s {
+            Size::Bytes(b) if *b >= 0 => Ok(*b as u64),
+            Size::Bytes(b) => Err(format!("{b} is negative")),
+            Size::Text(t) => parse_size(t),
+        };
+        if let Some(m) = &raw.memory {
+            match size(m) {
+                Ok(b) if b < MIN_MEMORY => problems.push((
+                    "memory",
+                    format!(
+                        "{} is below the smallest sandbox ({})",
+                        show_size(b),
+                        show_size(MIN_MEMORY)
+                    ),
+                )),
+                Ok(b) => {
+                    limits.memory = b;
+                    limits.tmp = b / 2;
+                }
+                Err(e) => problems.push(("memory", e)),
+            }
+        }
+        if let Some(t) = &raw.tmp {
+            match size(t) {
+                // Under gVisor /tmp's pages are the sandbox's memory.
+                Ok(b) if b > limits.memory => problems.push((
+                    "tmp",
+                    format!(
+                        "{} is more than the memory limit ({}); /tmp lives in memory",
+                        show_size(b),
+                        show_size(limits.memory)
+                    ),
+                )),
+                Ok(b) if b < MIB => problems.push(("tmp", "is below 1 MiB".into())),
+                Ok(b) => limits.tmp = b,
+                Err(e) => problems.push(("tmp", e)),
+            }
+        }
+        match raw.pids {
+            Some(p) if p < i64::from(MIN_PIDS) => problems.push((
+                "pids",
+                format!("{p} is below {MIN_PIDS}: a shell and git need a few processes"),
+            )),
+            Some(p) => limits.pids = u32::try_from(p).unwrap_or(u32::MAX),
+            None => {}
+        }
+        match raw.cpus {
+            Some(Number::Int(c)) if c > 0 => limits.cpus = Some(c as f64),
+            Some(Number::Float(c)) if c > 0.0 && c.is_finite() => limits.cpus = Some(c),
+            Some(_) => problems.push(("cpus", "must be a number above 0".into())),
+            None => {}
+        }
+        if problems.is_empty() {
+            Ok(limits)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// One line for people: `memory 4 GiB, pids 1024, cpus all, /tmp 2 GiB`.
+    pub fn summary(&self) -> String {
+        format!(
+            "memory {}, pids {}, cpus {}, /tmp {}",
+            show_size(self.memory),
+            self.pids,
+            self.cpus.map_or("unlimited".into(), |c| c.to_string()),
+            show_size(self.tmp)
+        )
+    }
+}
+
+/// What the host's podman can enforce (`podman info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostSupport {
+    /// `v1` or `v2`.
+    pub cgroups: String,
+    /// Controllers delegated to this user (empty on cgroups v1 rootless).
+    pub controllers: Vec<String>,
+}
+
+impl HostSupport {
+    pub fn detect(podman: &super::podman::Podman) -> Result<HostSupport, super::PodmanError> {
+        let out = podman.run([
+            "info",
+            "--format",
+            "{{.Host.CgroupsVersion}}|{{range .Host.CgroupControllers}}{{.}} {{end}}",
+        ])?;
+        Ok(Self::parse(&out))
+    }
+
+    fn parse(out: &str) -> HostSupport {
+        let (version, controllers) = out.trim().split_once('|').unwrap_or((out.trim(), ""));
+        HostSupport {
+            cgroups: version.trim().to_string(),
+            controllers: controllers.split_whitespace().map(str::to_string).collect(),
+        }
+    }
+
+    fn has(&self, controller: &str) -> bool {
+        self.cgroups == "v2" && self.controllers.iter().any(|c| c == controller)
+    }
+}
+
+/// How each limit is applied on this host, for `doctor`, `config check` and
+/// the status line. `None` in a field: that limit is not applied here.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Enforcement {
+    pub memory: Option<String>,
+    pub pids: Option<String>,
+    pub cpus: Option<String>,
+    pub tmp: Option<String>,
+}
+
+impl Enforcement {
+    pub fn of(limits: &Limits, runtime: Runtime, host: &HostSupport) -> Enforcement {
+        let mut memory = vec![];
+        if host.has("memory") {
+            memory.push("cgroup");
+        }
+        if runtime == Runtime::Runc {
+            memory.push("rlimit data per process");
+        }
+        memory.push("coordinator watchdog");
+        let pids = if host.has("pids") {
+            "cgroup"
+        } else if runtime.is_gvisor() {
+            "rlimit nproc, counted by gVisor"
+        } else {
+            "rlimit nproc (shared by your runc containers) and coordinator watchdog"
+        };
+        Enforcement {
+            memory: Some(memory.join(" + ")),
+            pids: Some(pids.into()),
+            cpus: match (limits.cpus, host.has("cpu")) {
+                (None, _) => Some("no limit asked".into()),
+                (Some(_), true) => Some("cgroup".into()),
+                (Some(_), false) => None,
+            },
+            tmp: Some("sized tmpfs".into()),
+        }
+    }
+
+    /// The limits this host does not apply, with why: empty when all hold.
+    pub fn gaps(&self, host: &HostSupport) -> Vec<String> {
+        let why = if host.cgroups == "v2" {
+            "the cgroup controller is not delegated to your user"
+        } else {
+            "cgroups v1 rootless has no resource control"
+        };
+        let mut gaps = Vec::new();
+        for (name, e) in [
+            ("memory", &self.memory),
+            ("pids", &self.pids),
+            ("cpus", &self.cpus),
+            ("tmp", &self.tmp),
+        ] {
+            if e.is_none() {
+                gaps.push(format!("{name} limit not applied: {why}"));
+            }
+        }
+        gaps
+    }
+
+    /// Short form for the status line.
+    pub fn short(&self) -> String {
+        if self.cpus.is_none() {
+            "cpus NOT limited".into()
+        } else {
+            "limits on".into()
+        }
+    }
+}
+
+/// `podman run` arguments that apply `limits` under `runtime`.
+pub fn podman_args(limits: &Limits, runtime: Runtime, host: &HostSupport) -> Vec<String> {
+    // Under runsc the count is the sandbox's own (gVisor checks it). Under
+    // runc rootless the kernel counts every task of the user namespace's
+    // root: all of this user's containers, gVisor's threads included. Those
+    // running now are added so the sandbox still gets its own `pids`; the
+    // watchdog holds the sandbox itself to `pids`.
+    let nproc = match runtime {
+        Runtime::Runsc => u64::from(limits.pids),
+        Runtime::Runc => u64::from(limits.pids) + own_tasks(Path::new("/proc")) + RUNC_NPROC_SLACK,
+    };
+    let mut args = vec![
+        "--oom-score-adj".to_string(),
+        OOM_SCORE_ADJ.to_string(),
+        "--ulimit".into(),
+        format!("nproc={nproc}:{nproc}"),
+        // gVisor's own /tmp is sized at half the host's RAM: replace it.
+        "--mount".into(),
+        format!(
+            "type=tmpfs,destination=/tmp,tmpfs-size={},tmpfs-mode=1777",
+            limits.tmp
+        ),
+    ];
+    if runtime == Runtime::Runc {
+        // The kernel refuses a single process more: the watchdog catches
+        // the sum. gVisor does not apply RLIMIT_DATA (measured).
+        args.extend(["--ulimit".into(), format!("data={0}:{0}", limits.memory)]);
+    }
+    if host.has("memory") {
+        args.extend([
+            "--memory".into(),
+            limits.memory.to_string(),
+            "--memory-swap".into(),
+            limits.memory.to_string(),
+        ]);
+    }
+    if host.has("pids") {
+        args.extend(["--pids-limit".into(), limits.pids.to_string()]);
+    }
+    if let Some(c) = limits.cpus
+        && host.has("cpu")
+    {
+        args.extend(["--cpus".into(), c.to_string()]);
+    }
+    args
+}
+
+/// Tasks (threads included) of processes owned by this user.
+fn own_tasks(proc_root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|e| std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count() as u64))
+        .sum()
+}
+
+/// What the watchdog saw of one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// Memory the container's host processes cost: their proportional
+    /// share of mapped memory plus the memfds they hold (gVisor's memory).
+    pub rss: u64,
+    /// How many host processes the container has.
+    pub processes: usize,
+    /// The process holding the most memory, and how much.
+    pub biggest: Option<(i32, u64)>,
+}
+
+/// What the watchdog did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Within(Usage),
+    /// No process of the container is left (it exited or was killed).
+    Gone,
+    /// Over the memory limit: `killed` got SIGKILL.
+    OverMemory {
+        usage: Usage,
+        killed: i32,
+    },
+    /// Over the process limit: every process of the container got SIGKILL.
+    OverPids {
+        usage: Usage,
+    },
+}
+
+/// Watches one container's host processes: the conmon processes podman
+/// starts for it (`-c <id>`, one for the container and one per `exec`) and
+/// everything below them.
+#[derive(Debug)]
+pub struct Watchdog {
+    pub container_id: String,
+    pub limits: Limits,
+    pub runtime: Runtime,
+    /// The container's main host process (runc: its PID 1; runsc: the
+    /// sandbox): when it is gone, so is the container, even while `exec`
+    /// sessions' conmons linger.
+    pub main_pid: Option<i32>,
+    proc_root: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone)]
+struct Proc {
+    ppid: i32,
+    rss: u64,
+    /// Its command name, from stat (cheap: no extra read per process).
+    comm: String,
+}
+
+fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
+    let mut procs = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return procs;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name, which may hold spaces and ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c).to_string();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // state ppid ... rss is field 24 of stat (index 21 after the name).
+        let ppid = fields.get(1).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let pages: u64 = fields.get(21).and_then(|f| f.parse().ok()).unwrap_or(0);
+        procs.insert(
+            pid,
+            Proc {
+                ppid,
+                rss: pages * page_size(),
+                comm,
+            },
+        );
+    }
+    procs
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |v| v as u64)
+}
+
+/// A process's share of mapped memory without shared memory (`Pss` minus
+/// `Pss_Shmem` of smaps_rollup): shared libraries are split among the
+/// processes mapping them, so a sum over a hundred processes of one binary
+/// is not a hundred times the binary. Shared memory is counted once, by
+/// [`memfd_bytes`].
+fn private_memory(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("smaps_rollup")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let pss = field("Pss:")?;
+    Some(pss.saturating_sub(field("Pss_Shmem:").unwrap_or(0)) * KIB)
+}
+
+/// Bytes allocated in the memfds `dir`'s process holds that no earlier
+/// process of the container held. gVisor keeps all of the agent's memory,
+/// its tmpfs and page cache included, in one memfd (`runsc-memory`): its
+/// allocated size is what the sandbox costs the host, mapped or not.
+fn memfd_bytes(dir: &Path, seen: &mut std::collections::BTreeSet<(u64, u64)>) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
+        return 0;
+    };
+    let mut total = 0;
+    for fd in fds.flatten() {
+        let is_memfd =
+            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
+        if !is_memfd {
+            continue;
+        }
+        if let Ok(m) = std::fs::metadata(fd.path())
+            && seen.insert((m.dev(), m.ino()))
+        {
+            total += m.blocks() * 512;
+        }
+    }
+    total
+}
+
+/// `true` when `cmdline` (NUL-separated) is a conmon for container `id`.
+fn is_conmon_of(cmdline: &[u8], id: &str) -> bool {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let is_conmon = args
+        .first()
+        .is_some_and(|a| a.ends_with(b"conmon") || a.ends_with(b"/conmon"));
+    is_conmon
+        && args
+            .windows(2)
+            .any(|w| (w[0] == b"-c" || w[0] == b"--cid") && w[1] == id.as_bytes())
+}
+
+impl Watchdog {
+    pub fn new(container_id: &str, limits: Limits, runtime: Runtime) -> Watchdog {
+        Watchdog {
+            container_id: container_id.to_string(),
+            limits,
+            runtime,
+            main_pid: None,
+            proc_root: "/proc".into(),
+        }
+    }
+
+    /// The container's host processes below its conmons, with their memory.
+    fn members(&self) -> Vec<(i32, u64)> {
+        let procs = read_procs(&self.proc_root);
+        let conmons: Vec<i32> = procs
+            .iter()
+            .filter(|(_, p)| p.comm == "conmon")
+            .map(|(pid, _)| *pid)
+            .filter(|pid| {
+                std::fs::read(self.proc_root.join(pid.to_string()).join("cmdline"))
+                    .is_ok_and(|c| is_conmon_of(&c, &self.container_id))
+            })
+            .collect();
+        let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (pid, p) in &procs {
+            children.entry(p.ppid).or_default().push(*pid);
+        }
+        let mut members = Vec::new();
+        let mut stack: Vec<i32> = conmons
+            .iter()
+            .flat_map(|c| children.get(c).cloned().unwrap_or_default())
+            .collect();
+        while let Some(pid) = stack.pop() {
+            if let Some(p) = procs.get(&pid) {
+                members.push((pid, p.rss));
+            }
+            stack.extend(children.get(&pid).cloned().unwrap_or_default());
+        }
+        members
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        let members = self.members();
+        if members.is_empty() {
+            return None;
+        }
+        let mut seen_memfds = std::collections::BTreeSet::new();
+        let charged: Vec<(i32, u64)> = members
+            .iter()
+            .map(|&(pid, rss)| {
+                let dir = self.proc_root.join(pid.to_string());
+                let own = private_memory(&dir).unwrap_or(rss);
+                (pid, own + memfd_bytes(&dir, &mut seen_memfds))
+            })
+            .collect();
+        Some(Usage {
+            rss: charged.iter().map(|(_, r)| r).sum(),
+            processes: members.len(),
+            biggest: charged.iter().copied().max_by_key(|(_, r)| *r),
+        })
+    }
+
+    /// Looks once and acts: over the memory limit the biggest process is
+    /// killed (as the kernel's OOM killer would; under runsc that is the
+    /// sandbox itself); over the process limit the whole container is.
+    pub fn check(&self) -> Verdict {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let main_gone = self.main_pid.is_some_and(|pid| {
+            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat"))
+                .map_or(true, |s| {
+                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+                })
+        });
+        let Some(usage) = self.usage().filter(|_| !main_gone) else {
+            return Verdict::Gone;
+        };
+        if usage.rss > self.limits.memory
+            && let Some((pid, _)) = usage.biggest
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            return Verdict::OverMemory { usage, killed: pid };
+        }
+        // Under runsc the sandbox's processes are not host processes (gVisor
+        // counts them against its nproc); the host sees about two stubs per
+        // sandbox process, so only a clear excess counts.
+        let host_pids = match self.runtime {
+            Runtime::Runc => self.limits.pids as usize,
+            Runtime::Runsc => self.limits.pids as usize * 4 + 64,
+        };
+        if usage.processes > host_pids {
+            for (pid, _) in self.members() {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            return Verdict::OverPids { usage };
+        }
+        Verdict::Within(usage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_podman() {
+        assert_eq!(parse_size("256MiB").unwrap(), 256 * MIB);
+        assert_eq!(parse_size("2G").unwrap(), 2 * GIB);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 * GIB / 2);
+        assert_eq!(parse_size("100k").unwrap(), 100 * KIB);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size(" 64 mb ").unwrap(), 64 * MIB);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5X").is_err());
+        assert_eq!(show_size(256 * MIB), "256 MiB");
+        assert_eq!(show_size(3 * GIB / 2), "1.5 GiB");
+    }
+
+    #[test]
+    fn schema_is_validated_with_keys() {
+        let raw: LimitsSchema =
+            toml::from_str("memory = \"256MiB\"\npids = 64\ncpus = 1.5").unwrap();
+        let l = Limits::from_schema(Some(&raw)).unwrap();
+        assert_eq!(l.memory, 256 * MIB);
+        assert_eq!(l.tmp, 128 * MIB);
+        assert_eq!(l.pids, 64);
+        assert_eq!(l.cpus, Some(1.5));
+        let raw: LimitsSchema = toml::from_str("cpus = 2").unwrap();
+        assert_eq!(Limits::from_schema(Some(&raw)).unwrap().cpus, Some(2.0));
+        let raw: LimitsSchema =
+            toml::from_str("memory = \"1MiB\"\npids = 2\ncpus = 0\ntmp = \"8GiB\"").unwrap();
+        let keys: Vec<&str> = Limits::from_schema(Some(&raw))
+            .unwrap_err()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, ["memory", "tmp", "pids", "cpus"]);
+        assert!(toml::from_str::<LimitsSchema>("swap = 1").is_err());
+        assert_eq!(Limits::from_schema(None).unwrap(), Limits::default());
+    }
+
+    #[test]
+    fn cgroups_v1_rootless_reports_cpus_as_not_applied() {
+        let v1 = HostSupport::parse("v1|");
+        let limits = Limits {
+            cpus: Some(1.0),
+            ..Limits::default()
+        };
+        let e = Enforcement::of(&limits, Runtime::Runsc, &v1);
+        assert!(e.memory.as_deref().unwrap().contains("watchdog"));
+        assert_eq!(e.gaps(&v1).len(), 1);
+        assert!(e.gaps(&v1)[0].starts_with("cpus"));
+        let args = podman_args(&limits, Runtime::Runsc, &v1);
+        assert!(!args.iter().any(|a| a == "--memory" || a == "--cpus"));
+        assert!(
+            args.iter()
+                .any(|a| a.starts_with("type=tmpfs,destination=/tmp"))
+        );
+        let v2 = HostSupport::parse("v2|cpu memory pids ");
+        let args = podman_args(&limits, Runtime::Runc, &v2);
+        for flag in ["--memory", "--pids-limit", "--cpus"] {
+            assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+        }
+        assert!(
+            Enforcement::of(&limits, Runtime::Runc, &v2)
+                .gaps(&v2)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn conmon_is_matched_by_exact_container_id() {
+        let c = b"/usr/bin/conmon\0--api-version\x001\0-c\0abc\0-u\0x\0";
+        assert!(is_conmon_of(c, "abc"));
+        assert!(!is_conmon_of(c, "ab"));
+        assert!(!is_conmon_of(b"/bin/sh\0-c\0abc\0", "abc"));
+    }
+
+    /// The watchdog finds this very process tree's memory when pointed at
+    /// a fake conmon: a shell named conmon with a child.
+    #[test]
+    fn watchdog_sums_a_real_process_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let conmon = dir.path().join("conmon");
+        std::os::unix::fs::symlink("/bin/sh", &conmon).unwrap();
+        let mut child = std::process::Command::new(&conmon)
+            .args(["-c", "sleep 30; :", "-c", "fakeid"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let w = Watchdog::new("fakeid", Limits::default(), Runtime::Runc);
+        let usage = w.usage().expect("the sleep is found");
+        assert_eq!(usage.processes, 1);
+        assert!(usage.rss > 0);
+        assert!(matches!(w.check(), Verdict::Within(_)));
+        let tight = Watchdog::new(
+            "fakeid",
+            Limits {
+                memory: 1,
+                ..Limits::default()
+            },
+            Runtime::Runc,
+        );
+        assert!(matches!(tight.check(), Verdict::OverMemory { .. }));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(w.check(), Verdict::Gone);
+    }
+}

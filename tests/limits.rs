@@ -1,0 +1,205 @@
+//! Resource limits hold on this very host (cgroups v1 rootless, where podman
+//! ignores --memory and --pids-limit): a memory hog and a process flood in
+//! a sandbox with small limits are refused or killed, the host and this
+//! test process are unaffected, and the domain comes down cleanly. Under
+//! runsc and under runc.
+//!
+//! Kept small on purpose (the machine is shared): the hog grows by 1 MiB
+//! steps to at most 600 MiB against a 256 MiB limit, and the flood makes at
+//! most 2000 attempts against a limit of 128.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::sandbox::{Domain, rundir};
+use common::{STANDARD_PATH, podman, text};
+
+const LIMITS: &str = r#"limits = { memory = "256MiB", pids = 128 }"#;
+
+fn hold_up(d: &Domain) -> Child {
+    d.cmd_raw(
+        STANDARD_PATH,
+        &["exec", d.profile, "--", "tail", "-f", "/dev/null"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+fn wait_up(d: &Domain) {
+    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while d.containers().len() < 2 || !socket.exists() || d.sh("true").0 != 0 {
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn status_of(d: &Domain) -> serde_json::Value {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("status lacks the domain: {all}"))
+}
+
+fn audit_kinds(d: &Domain) -> Vec<String> {
+    d.audit_json()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The grows-by-1-MiB hog: `tail` keeps the whole newline-free stream.
+/// Prints how many bytes `tail` held at the end (all 600 MiB if unbounded).
+const HOG: &str =
+    "for i in $(seq 600); do head -c 1048576 /dev/zero; sleep 0.01; done | tail | wc -c";
+/// Starts up to 2000 sleeping processes, then counts what runs.
+/// Builtins only after the flood: with the limit reached nothing forks.
+/// The flood's sleeps are killed at the end (the holder is no `sleep`).
+const FLOOD: &str = "(i=0; while [ $i -lt 2000 ]; do sleep 60 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; n=$#; for p in /proc/[0-9]*; do read -r c < $p/comm && [ \"$c\" = sleep ] && kill ${p#/proc/}; done 2>/dev/null; echo $n";
+
+/// The host is fine: this process runs, memory is available, and a fresh
+/// process starts.
+fn host_is_fine() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let avail_kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        avail_kib > 1024 * 1024,
+        "host memory is low: {avail_kib} KiB"
+    );
+    assert!(
+        std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn limits_hold(profile: &'static str, runtime: &str) {
+    let d = Domain::new(profile);
+    d.add_config(&format!(
+        "[profiles.{profile}]\nimage = \"{}\"\nruntime = \"{runtime}\"\n{LIMITS}\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    // `config check` says what the profile's limits are.
+    let check = d
+        .cmd_raw(STANDARD_PATH, &["config", "check"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&check);
+    assert!(check.status.success(), "{out}{err}");
+    assert!(
+        out.contains(&format!("limits of {profile}: memory 256 MiB, pids 128")),
+        "{out}"
+    );
+
+    let mut holder = hold_up(&d);
+    wait_up(&d);
+    let st = status_of(&d);
+    assert!(st["limits"].as_str().unwrap().contains("256 MiB"), "{st}");
+    // The kernel's OOM killer picks the sandbox first.
+    let pid = text(&podman(&[
+        "inspect",
+        "--format",
+        "{{.State.Pid}}",
+        &d.sandbox(),
+    ]))
+    .0;
+    let adj = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", pid.trim())).unwrap();
+    assert_eq!(adj.trim(), "1000");
+    // /tmp is bounded (half the memory limit), not half the host's RAM.
+    let (code, df, e) = d.sh("df -k /tmp | tail -1");
+    assert_eq!(code, 0, "{e}");
+    let size_kib: u64 = df.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(size_kib, 128 * 1024, "{df}");
+
+    let flood = || {
+        // Refused (gVisor's nproc, the kernel's) or the container killed
+        // (watchdog); never 2000 processes.
+        let (code, count, err) = d.sh(FLOOD);
+        eprintln!("flood: exit {code}, {} processes", count.trim());
+        if code == 0 {
+            let n: usize = count.trim().parse().unwrap();
+            assert!(
+                n <= 128 + 8,
+                "{n} processes ran under a limit of 128: {err}"
+            );
+        }
+        host_is_fine();
+    };
+    let hog = || {
+        // Refused (rlimit data, runc) or killed (watchdog).
+        let t = d.sh("true");
+        if t.0 != 0 {
+            eprintln!("hog: the sandbox is gone: {t:?}");
+            return;
+        }
+        let started = Instant::now();
+        let (code, out, err) = d.sh(HOG);
+        eprintln!(
+            "hog: exit {code} after {:?}: {} {}",
+            started.elapsed(),
+            out.trim(),
+            err.trim()
+        );
+        let held: u64 = out.trim().parse().unwrap_or(0);
+        assert!(
+            code != 0 || held < 256 * 1024 * 1024,
+            "the hog got {held} bytes under a 256 MiB limit: {code} {out} {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(60));
+        host_is_fine();
+    };
+    // Under runc the hog is refused and the domain stays; under runsc the
+    // watchdog kills the whole sandbox: the hog goes last there.
+    if runtime == "runc" {
+        hog();
+        flood();
+    } else {
+        flood();
+        hog();
+    }
+
+    // The domain comes down cleanly (by itself when the sandbox was
+    // killed, else on request).
+    let _ = d.cmd_raw(STANDARD_PATH, &["down", profile]).output();
+    d.wait_until_gone();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    host_is_fine();
+    let kinds = audit_kinds(&d);
+    eprintln!(
+        "coordinator log:\n{}",
+        std::fs::read_to_string(d.domain_root().join("coordinator.log")).unwrap_or_default()
+    );
+    eprintln!("audit: {kinds:?}");
+    assert!(
+        kinds.iter().any(|k| k.starts_with("limit-")) || runtime == "runc",
+        "no limit event in the audit: {kinds:?}"
+    );
+}
+
+#[test]
+fn memory_hog_and_process_flood_are_stopped_under_runsc() {
+    limits_hold("lgv", "runsc");
+}
+
+#[test]
+fn memory_hog_and_process_flood_are_stopped_under_runc() {
+    limits_hold("lrc", "runc");
+}
