@@ -77,6 +77,7 @@ static ONE_TEST_NET: Mutex<()> = Mutex::new(());
 struct TestNet {
     _one: std::sync::MutexGuard<'static, ()>,
     ns: String,
+    host_if: String,
     queries: Arc<Mutex<HashMap<String, u32>>>,
 }
 
@@ -92,10 +93,14 @@ impl TestNet {
         let ns = format!("lzdns{id}");
         let (host_if, ns_if) = (format!("lzd{id}h"), format!("lzd{id}n"));
         let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        // A namespace still held by a thread of the previous test outlives
+        // `netns del`, and its veth pair with it: remove our end by name.
+        let _ = Command::new("ip").args(["link", "del", &host_if]).output();
         ip(&["netns", "add", &ns]);
         let net = TestNet {
             _one: one,
             ns: ns.clone(),
+            host_if: host_if.clone(),
             queries: Arc::default(),
         };
         ip(&[
@@ -210,6 +215,11 @@ impl Drop for TestNet {
     fn drop(&mut self) {
         // Deleting the namespace removes its end of the veth pair, and so both.
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        // The namespace (and so the pair) may be held a moment longer by a
+        // thread that entered it: delete the host's end too.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .output();
     }
 }
 
