@@ -206,17 +206,15 @@ fn bench_confinement_cost() {
         with.push(once(true));
         without.push(once(false));
     }
-    with.sort_unstable();
-    without.sort_unstable();
-    let (w, wo) = (with[100], without[100]);
-    println!(
-        "confine {:<34} {w:>8} us (p99 {} us)   vs {:<24} {wo:>6} us (p99 {} us)   ratio {:.2}",
-        "auto-approved true, host side",
-        with[197],
-        "the same, unconfined",
-        without[197],
-        w as f64 / wo as f64
-    );
+    // Raw samples in ms, for scripts/bench's table (it computes the stats).
+    let ms = |v: &[u64]| {
+        v.iter()
+            .map(|us| format!("{:.3}", *us as f64 / 1000.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("confine-with: {}", ms(&with));
+    println!("confine-without: {}", ms(&without));
 }
 
 /// A request whose audit record cannot be written does not run: the real

@@ -617,7 +617,10 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         .into_iter()
         .filter(|b| !domains.iter().any(|d| d.hash == b.hash))
         .collect();
-    let orphans = orphans(&domains);
+    // A broken domain's containers have no coordinator either: it is
+    // listed once, as broken (its teardown left them).
+    let mut orphans = orphans(&domains);
+    orphans.retain(|o| !broken.iter().any(|b| b.hash == o.hash));
     if json {
         let mut all = Vec::new();
         for d in &domains {

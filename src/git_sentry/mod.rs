@@ -179,7 +179,11 @@ impl WorkspaceLayout {
         let meta = std::fs::symlink_metadata(&dot_git).ok();
         let was_plain =
             std::fs::read_to_string(domain_root.join(KIND_FILE)).is_ok_and(|k| k.trim() == "plain");
-        let is_repo = !was_plain && meta.as_ref().is_some_and(|m| m.is_dir());
+        // An empty `.git` (the read-only mount point another domain on this
+        // plain folder made) is not a repository: git itself needs HEAD.
+        let is_repo = !was_plain
+            && meta.as_ref().is_some_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(dot_git.join("HEAD")).is_ok();
         if !was_plain
             && meta.as_ref().is_some_and(|m| !m.is_dir())
             && asked != Some(WorkspaceMode::Direct)
