@@ -415,6 +415,14 @@ async fn control(
             return;
         }
     };
+    // Renewed for as long as the tab's control stream lives.
+    let _credential = match session.publish_credential(&launch.ctx.certs_dir) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(Ev::Failed(id, format!("{e:#}")));
+            return;
+        }
+    };
     let args = match session.exec_args(
         &client.domain.sandbox,
         true,
