@@ -323,6 +323,8 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // The modal names the session that signed the request.
+    assert!(t.screen().contains("signed as tab gv-2 (session"));
     t.send(&["C-a", "x"]);
     t.wait_for(20, "the second tab to close", |s| {
         !s.lines().next().unwrap_or("").contains("2:gv-2")

@@ -576,7 +576,7 @@ impl App {
                     command: prompt.command.clone(),
                     status: EscalationStatus::Pending,
                 });
-                tab.prompts.push_back(Pending::new(prompt));
+                tab.prompts.push_back(Pending::new(prompt, &tab.title));
                 if focused != Some(id) {
                     self.message = Some(format!("tab {} asks for a host command", tab.title));
                 }

@@ -115,14 +115,21 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub fn new(prompt: Prompt) -> Self {
+    /// A prompt signed as the session of tab `tab`. Who asked is named:
+    /// sessions share one sandbox, so the human should know which
+    /// session's credential signed it (threat-model.md).
+    pub fn new(prompt: Prompt, tab: &str) -> Self {
+        let short: String = prompt.session_id.chars().take(8).collect();
         let request = ApprovalRequest {
             id: prompt.request_id.clone(),
             profile: prompt.profile.clone(),
             justification: prompt.justification.clone(),
             command: prompt.command.clone(),
             via_shell: prompt.via_shell,
-            note: Some(format!("in {} · {}", prompt.cwd, prompt.reason)),
+            note: Some(format!(
+                "signed as tab {tab} (session {short}, a human here) · in {} · {}",
+                prompt.cwd, prompt.reason
+            )),
         };
         Pending {
             prompt,
