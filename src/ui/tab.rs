@@ -447,24 +447,55 @@ async fn control(
         Box::new(client.domain.clone()),
         Box::new(args),
     ));
-    let (mut r, mut w) = client.stream.into_split();
-    let reader = async {
-        while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
-            if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+    let mut stream = client.stream;
+    loop {
+        let (mut r, mut w) = stream.into_split();
+        // True when the coordinator went away (not the UI).
+        let reader = async {
+            while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
+                if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        let writer = async {
+            while let Some(msg) = out_rx.recv().await {
+                if write_frame(&mut w, &msg).await.is_err() {
+                    return true;
+                }
+            }
+            false
+        };
+        let lost = tokio::select! {
+            lost = reader => lost,
+            lost = writer => lost,
+        };
+        if !lost || tx.send(Ev::CoordinatorLost(id)).is_err() {
+            break;
+        }
+        // The coordinator died (the sandbox and this tab's shell live on):
+        // reconnect as the same session, starting a new coordinator if
+        // none is there; it adopts the running domain and counts us.
+        let hello = session.hello(launch.purpose, true);
+        match client::connect(&launch.ctx, &hello, true, &mut |_| {}).await {
+            Ok(c) => {
+                stream = c.stream;
+                if tx.send(Ev::Reconnected(id)).is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Ev::Failed(
+                    id,
+                    format!(
+                        "cannot reconnect to domain {}: {e}",
+                        launch.ctx.anchor.hash()
+                    ),
+                ));
                 break;
             }
         }
-    };
-    let writer = async {
-        while let Some(msg) = out_rx.recv().await {
-            if write_frame(&mut w, &msg).await.is_err() {
-                break;
-            }
-        }
-    };
-    tokio::select! {
-        _ = reader => {}
-        _ = writer => {}
     }
     let _ = tx.send(Ev::ControlClosed(id));
 }
