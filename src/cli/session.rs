@@ -330,9 +330,25 @@ fn run_in_sandbox(
                             let _ = child.kill().await;
                         }
                     }
-                    // The domain is going down, or the coordinator is gone:
-                    // the sandbox ends, and with it this exec.
-                    Ok(CoordMsg::ShuttingDown) | Err(_) => listening = false,
+                    // The domain is going down: the sandbox ends, and with
+                    // it this exec.
+                    Ok(CoordMsg::ShuttingDown) => listening = false,
+                    // The coordinator died (the sandbox lives on): attach as
+                    // the same session to a new one, which adopts the domain
+                    // and counts this session.
+                    Err(_) => {
+                        let hello = session.hello(purpose, has_human);
+                        match client::connect(&ctx, &hello, true, &mut |_| {}).await {
+                            Ok(c) => {
+                                client = c;
+                                eprint!("\r\nlazaret: the Session Coordinator died; reconnected to a new one (same session)\r\n");
+                            }
+                            Err(e) => {
+                                eprint!("\r\nlazaret: the Session Coordinator died and none could take over: {e}\r\n");
+                                listening = false;
+                            }
+                        }
+                    }
                     Ok(_) => {}
                 },
             }
