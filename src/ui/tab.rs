@@ -451,13 +451,16 @@ async fn control(
     loop {
         let (mut r, mut w) = stream.into_split();
         // True when the coordinator went away (not the UI).
+        // A domain going down says so first: then nothing reconnects.
         let reader = async {
+            let mut going_down = false;
             while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
+                going_down |= matches!(msg, CoordMsg::ShuttingDown);
                 if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
                     return false;
                 }
             }
-            true
+            !going_down
         };
         let writer = async {
             while let Some(msg) = out_rx.recv().await {
