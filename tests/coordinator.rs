@@ -38,6 +38,23 @@ fn wait_for_socket(d: &Domain) {
 }
 
 /// This domain's entry in `lazaret status --json`.
+/// [`status_of`], or null while the domain is not listed.
+fn status_of_opt(d: &Domain) -> serde_json::Value {
+    let status = d
+        .cmd_raw(STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice::<serde_json::Value>(&status.stdout)
+        .ok()
+        .and_then(|all| {
+            all.as_array()?
+                .iter()
+                .find(|x| x["hash"] == d.hash.as_str())
+                .cloned()
+        })
+        .unwrap_or(serde_json::Value::Null)
+}
+
 fn status_of(d: &Domain) -> serde_json::Value {
     let status = d
         .cmd_raw(STANDARD_PATH, &["status", "--json"])
@@ -135,7 +152,7 @@ fn eight_concurrent_sessions_share_one_domain() {
 #[test]
 fn recovers_from_a_killed_coordinator() {
     let d = Domain::new("gv");
-    let long = spawn(exec(&d, &["sleep", "60"]));
+    let mut long = spawn(exec(&d, &["sleep", "60"]));
     wait_for_socket(&d);
     let mine = status_of(&d);
     assert_eq!(mine["runtime"], "runsc");
@@ -152,9 +169,27 @@ fn recovers_from_a_killed_coordinator() {
         assert!(Instant::now() < deadline, "coordinator survived SIGKILL");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The surviving session reconnects as itself: a new coordinator
+    // counts it (the socket may be the stale one for a moment).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = status_of_opt(&d);
+        if s["coordinator_pid"]
+            .as_i64()
+            .is_some_and(|p| p as i32 != pid)
+            && s["sessions"].as_array().map(Vec::len) == Some(1)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session was not re-counted: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(
-        socket(&d).exists(),
-        "a stale socket is what this test is about"
+        long.try_wait().unwrap().is_none(),
+        "the surviving session ended"
     );
     // The next session: a new coordinator, the same (single) sandbox.
     let out = exec(&d, &["sh", "-c", "echo recovered"]).output().unwrap();

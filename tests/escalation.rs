@@ -1042,3 +1042,49 @@ fn the_classification_corpus_holds_against_the_real_coordinator() {
     assert!(!d.s.path().join("canary").exists());
     stop(h);
 }
+
+/// The session's credential is a file the host renews, read afresh per
+/// request (decisions.md D4, D10): with a 4-second lifetime, a request
+/// after 7 seconds still succeeds; the exec's environment holds only the
+/// session id, never the credential; the file goes with the session.
+#[test]
+fn credentials_are_renewed_while_the_session_lives_and_never_in_the_environment() {
+    let d = Domain::new("gv");
+    let script = format!(
+        "{ESC} -- id -un && sleep 7 && {ESC} -- id -un && \
+         if tr '\\0' '\\n' < /proc/self/environ | grep -q CREDENTIAL; then echo LEAK; fi; \
+         ls /run/lazaret/certs | grep -c '^session-' | sed 's/^/FILES=/'"
+    );
+    let out = d
+        .cmd_raw_env(
+            STANDARD_PATH,
+            &[("LAZARET_CREDENTIAL_LIFETIME_SECS", "4")],
+            &["exec", d.profile, "--", "sh", "-c", &script],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{o}\n{e}");
+    let user = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
+    assert_eq!(o.matches(user.as_str()).count(), 2, "{o}\n{e}");
+    assert!(!o.contains("LEAK"), "{o}");
+    assert!(o.contains("FILES=1"), "{o}");
+    // The exec ended: its credential is gone from the sandbox's view.
+    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    let left = std::fs::read_dir(&certs)
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("session-"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(left, 0, "a session's credential outlived it");
+    assert_eq!(
+        decisions(&audit_kinds(&d)),
+        vec!["auto-approved", "auto-approved"]
+    );
+}

@@ -304,3 +304,154 @@ fn decisions(d: &Domain) -> Vec<String> {
         .filter_map(|r| r["data"]["decision"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Prompts end with what they belong to (decisions.md D10), seen by the
+/// human in a real terminal: closing a tab whose request is up denies it
+/// (the requester hears the denial, the audit has it); a requester killed
+/// while its modal is up withdraws the modal with a note, and the `a`
+/// pressed afterwards runs nothing.
+#[test]
+fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() {
+    let d = Domain::new("gv");
+    let t = start_ui(&d, 120, 40);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let canary = d.s.path().join("lifecycle-canary");
+    let touch = format!("mkdir {}", canary.display());
+
+    // A second tab asks, its requester detached from the tab's shell so it
+    // outlives the tab and can report what it was told.
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("New tab"));
+    t.send(&["Enter"]);
+    t.wait_for(60, "the second tab's shell", |s| {
+        s.lines().next().unwrap_or("").contains("2:gv-2") && s.contains("root@")
+    });
+    t.line(&format!(
+        "clear; (trap '' HUP; {ESC} --justify step-close -- {touch}; echo RC=$? > /tmp/close-rc) </dev/null >/dev/null 2>/tmp/close-err &"
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !modal_with(&t.screen(), "step-close") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no modal; the requester said: {:?}\n{}",
+            d.sh("cat /tmp/close-err; ps -ef; ls -la /tmp"),
+            t.screen()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The modal names the session that signed the request.
+    assert!(t.screen().contains("signed as tab gv-2 (session"));
+    t.send(&["C-a", "x"]);
+    t.wait_for(20, "the second tab to close", |s| {
+        !s.lines().next().unwrap_or("").contains("2:gv-2")
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, out, _) = d.sh("cat /tmp/close-rc 2>/dev/null");
+        if out.contains("RC=") {
+            assert_eq!(out.trim(), "RC=77", "the requester was not denied");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the requester hangs");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    // The first tab asks; its requester is killed while the modal is up.
+    t.line(&format!(
+        "clear; {ESC} --justify step-kill -- {touch} & echo $! > /tmp/req.pid; wait; echo K-DONE"
+    ));
+    t.wait_for(20, "the modal", |s| modal_with(s, "step-kill"));
+    let (code, _, err) = d.sh("kill -9 $(cat /tmp/req.pid)");
+    assert_eq!(code, 0, "{err}");
+    let s = t.wait_for(20, "the withdrawal", |s| {
+        s.contains("withdrawn") && !s.contains("Host escalation request")
+    });
+    assert!(s.contains("withdrawn (the r"), "{s}");
+    t.send(&["a"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(!canary.exists(), "a withdrawn request ran");
+
+    let decisions = decisions(&d);
+    assert_eq!(decisions, vec!["denied", "withdrawn"]);
+    t.send(&["C-a", "q"]);
+    t.wait_exit(30, "lazaret ui");
+    d.wait_until_gone();
+}
+
+fn status_of(d: &Domain) -> serde_json::Value {
+    let out = d
+        .cmd_raw(common::STANDARD_PATH, &["status", "--json"])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["hash"] == d.hash.as_str())
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// A long day (issue 14): the Session Coordinator is killed (SIGKILL)
+/// under a UI with two tabs. Both tabs say so, reconnect as the same
+/// sessions to a new coordinator that counts them, keep their shells, and
+/// escalation works again; the sandbox is the same one throughout.
+#[test]
+fn a_killed_coordinator_is_replaced_under_two_tabs() {
+    let d = Domain::new("gv");
+    let t = start_ui(&d, 120, 40);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("New tab"));
+    t.send(&["Enter"]);
+    t.wait_for(60, "the second tab's shell", |s| {
+        s.lines().next().unwrap_or("").contains("2:gv-2") && s.contains("root@")
+    });
+    // A mark only this sandbox has.
+    t.line("clear; echo same > /tmp/sandbox-mark");
+    let before = status_of(&d);
+    assert_eq!(
+        before["sessions"].as_array().map(Vec::len),
+        Some(2),
+        "{before}"
+    );
+    let pid = before["coordinator_pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    t.wait_for(60, "the reconnection", |s| {
+        s.contains("reconnected to a new Session Coordinator")
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let after = loop {
+        let s = status_of(&d);
+        if s["coordinator_pid"]
+            .as_i64()
+            .is_some_and(|p| p as i32 != pid)
+            && s["sessions"].as_array().map(Vec::len) == Some(2)
+        {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new coordinator does not count both tabs: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    // Both tabs' shells live on in the same sandbox, and escalate again.
+    t.line(&format!(
+        "clear; cat /tmp/sandbox-mark; {ESC} -- id -un && echo T2-OK"
+    ));
+    t.wait_for(30, "the second tab after the crash", |s| {
+        s.contains("same") && s.contains("T2-OK")
+    });
+    t.send(&["C-a", "1"]);
+    t.line("clear; echo T1-$((6*7))");
+    t.wait_for(30, "the first tab after the crash", |s| s.contains("T1-42"));
+    assert_eq!(after["sandbox"], before["sandbox"], "{before} {after}");
+    t.send(&["C-a", "q"]);
+    t.wait_exit(30, "lazaret ui");
+    d.wait_until_gone();
+}

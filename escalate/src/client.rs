@@ -84,7 +84,28 @@ pub fn credential_from_env() -> Result<(SessionCredential, String), ClientError>
             .ok_or_else(|| ClientError::Credential(format!("{name} is not set")))
     };
     let session_id = get(crate::env::SESSION_ID)?;
-    let cred = SessionCredential::from_env_value(&get(crate::env::SESSION_CREDENTIAL)?)?;
+    // The host's file, read afresh per request (it is renewed); the
+    // variable remains for callers that hand a credential over directly.
+    let text = match get(crate::env::SESSION_CREDENTIAL) {
+        Ok(v) => v,
+        Err(_) => {
+            if !protocol::is_canonical_uuid(&session_id) {
+                return Err(ClientError::Credential(format!(
+                    "{} is not a session id",
+                    crate::env::SESSION_ID
+                )));
+            }
+            let dir = Settings::from_env(None).certs_dir;
+            let path = dir.join(signing::credential_file_name(&session_id));
+            std::fs::read_to_string(&path).map_err(|e| {
+                ClientError::Credential(format!(
+                    "cannot read this session's credential {}: {e} (did its session end?)",
+                    path.display()
+                ))
+            })?
+        }
+    };
+    let cred = SessionCredential::from_env_value(text.trim())?;
     if cred.session_id() != session_id {
         return Err(ClientError::Credential(format!(
             "{} does not match the credential's session",

@@ -305,6 +305,13 @@ impl fmt::Debug for SessionCredential {
     }
 }
 
+/// The file, in the sandbox's certs folder, where the host publishes (and
+/// renews) session `session_id`'s credential in
+/// [`SessionCredential::to_env_value`]'s form.
+pub fn credential_file_name(session_id: &str) -> String {
+    format!("session-{session_id}.cred")
+}
+
 impl SessionCredential {
     pub fn session_id(&self) -> &str {
         &self.delegation.session_id

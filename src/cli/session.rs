@@ -75,7 +75,7 @@ fn announce(domain: &DomainStatus) {
 /// and every tab of `lazaret ui`.
 pub(crate) struct SessionAnchor {
     pub(crate) id: String,
-    key: SessionKey,
+    key: Arc<SessionKey>,
 }
 
 impl std::fmt::Debug for SessionAnchor {
@@ -90,7 +90,7 @@ impl SessionAnchor {
     pub(crate) fn new() -> Result<Self> {
         Ok(SessionAnchor {
             id: uuid::Uuid::new_v4().to_string(),
-            key: SessionKey::generate().context("cannot create the Session Anchor key")?,
+            key: Arc::new(SessionKey::generate().context("cannot create the Session Anchor key")?),
         })
     }
 
@@ -104,10 +104,66 @@ impl SessionAnchor {
         }
     }
 
+    /// Publishes this session's delegated credential in the domain's
+    /// certs folder (memory-backed, read-only in the sandbox), where the
+    /// escalation client reads it for every request; renewed at half its
+    /// lifetime while the returned guard lives, removed when it drops. The
+    /// credential never travels in podman's arguments, environment or
+    /// saved container state (decisions.md D4).
+    pub(crate) fn publish_credential(&self, certs_dir: &Path) -> Result<CredentialFile> {
+        let path = certs_dir.join(lazaret_escalate::signing::credential_file_name(&self.id));
+        let write = {
+            let (key, id, path) = (Arc::clone(&self.key), self.id.clone(), path.clone());
+            move || -> Result<()> {
+                use std::os::unix::fs::OpenOptionsExt;
+                let lifetime = credential_lifetime();
+                let expires = lazaret_escalate::signing::unix_now() + lifetime.as_secs();
+                let credential = key
+                    .delegate(&id, expires)
+                    .context("cannot delegate the session credential")?;
+                // Written aside and renamed: a reader never sees half of it.
+                let tmp = path.with_extension("new");
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .with_context(|| format!("cannot write {}", tmp.display()))?;
+                f.write_all(credential.to_env_value().as_bytes())?;
+                std::fs::rename(&tmp, &path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(())
+            }
+        };
+        write()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            use std::sync::atomic::Ordering;
+            loop {
+                let until = Instant::now() + credential_lifetime() / 2;
+                while Instant::now() < until {
+                    if flag.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                if let Err(e) = write() {
+                    eprintln!("lazaret: cannot renew the session credential: {e:#}");
+                }
+            }
+        });
+        Ok(CredentialFile { path, stop })
+    }
+
     /// The `podman` command that runs `argv` in `sandbox` as this session:
-    /// a delegated credential, the guide, and TERM. The credential is named
-    /// in the arguments and its value passed in podman's environment, so it
-    /// never shows in the host's process list.
+    /// its id (the credential itself is in the file
+    /// [`publish_credential`](Self::publish_credential) keeps), the guide,
+    /// and TERM.
     pub(crate) fn exec_args(
         &self,
         sandbox: &str,
@@ -115,21 +171,13 @@ impl SessionAnchor {
         term: Option<&str>,
         argv: &[String],
     ) -> Result<ExecSpec> {
-        let expires = lazaret_escalate::signing::unix_now() + CREDENTIAL_LIFETIME.as_secs();
-        let credential = self
-            .key
-            .delegate(&self.id, expires)
-            .context("cannot delegate the session credential")?;
         let mut args = vec!["exec".to_string(), "--interactive".to_string()];
         if tty {
             args.push("--tty".into());
         }
-        let mut env = Vec::new();
-        for (k, v) in credential.env_vars() {
-            args.push("--env".into());
-            args.push(k.to_string());
-            env.push((k.to_string(), v));
-        }
+        let env = Vec::new();
+        args.push("--env".into());
+        args.push(format!("{}={}", lazaret_escalate::env::SESSION_ID, self.id));
         args.push("--env".into());
         args.push(format!(
             "{}={}",
@@ -149,6 +197,20 @@ impl SessionAnchor {
         args.push("--".into());
         args.extend(argv.iter().cloned());
         Ok(ExecSpec { args, env })
+    }
+}
+
+/// A session's published credential: renewed while it lives, removed (and
+/// renewal stopped) when dropped.
+pub(crate) struct CredentialFile {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for CredentialFile {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -214,6 +276,7 @@ fn run_in_sandbox(
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
+    let _credential = session.publish_credential(&ctx.certs_dir)?;
     let mut cmd = tokio::process::Command::new("podman");
     let spec = session.exec_args(
         &client.domain.sandbox,
@@ -284,9 +347,25 @@ fn run_in_sandbox(
                             let _ = child.kill().await;
                         }
                     }
-                    // The domain is going down, or the coordinator is gone:
-                    // the sandbox ends, and with it this exec.
-                    Ok(CoordMsg::ShuttingDown) | Err(_) => listening = false,
+                    // The domain is going down: the sandbox ends, and with
+                    // it this exec.
+                    Ok(CoordMsg::ShuttingDown) => listening = false,
+                    // The coordinator died (the sandbox lives on): attach as
+                    // the same session to a new one, which adopts the domain
+                    // and counts this session.
+                    Err(_) => {
+                        let hello = session.hello(purpose, has_human);
+                        match client::connect(&ctx, &hello, true, &mut |_| {}).await {
+                            Ok(c) => {
+                                client = c;
+                                eprint!("\r\nlazaret: the Session Coordinator died; reconnected to a new one (same session)\r\n");
+                            }
+                            Err(e) => {
+                                eprint!("\r\nlazaret: the Session Coordinator died and none could take over: {e}\r\n");
+                                listening = false;
+                            }
+                        }
+                    }
                     Ok(_) => {}
                 },
             }
@@ -374,8 +453,15 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// How long an exec's delegated credential is valid.
-const CREDENTIAL_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// How long a session's delegated credential is valid (it is renewed at
+/// half of it); `LAZARET_CREDENTIAL_LIFETIME_SECS` shortens it for tests.
+fn credential_lifetime() -> Duration {
+    std::env::var("LAZARET_CREDENTIAL_LIFETIME_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s >= 2)
+        .map_or(Duration::from_secs(12 * 3600), Duration::from_secs)
+}
 
 fn hex(bytes: &[u8]) -> String {
     crate::coordinator::store::hex(bytes)

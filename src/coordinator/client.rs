@@ -54,6 +54,9 @@ pub struct DomainContext {
     pub log: PathBuf,
     /// `--config FILE` to pass on to a coordinator we start.
     pub config: Option<PathBuf>,
+    /// The sandbox's client material (memory-backed, mounted read-only in
+    /// the sandbox), where sessions publish their credentials.
+    pub certs_dir: PathBuf,
 }
 
 impl DomainContext {
@@ -67,6 +70,7 @@ impl DomainContext {
         DomainContext {
             control_socket: anchor.control_socket(rundir),
             lock_file: anchor.lock_file(rundir),
+            certs_dir: anchor.certs_dir(rundir),
             log: domain_root.join("coordinator.log"),
             domain_root,
             anchor,

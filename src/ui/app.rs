@@ -531,6 +531,35 @@ impl App {
                 self.dirty = true;
             }
             Ev::Coord(id, msg) => self.coord(id, *msg),
+            Ev::CoordinatorLost(id) => {
+                if let Some(t) = self.tab_mut(id) {
+                    let title = t.title.clone();
+                    // Its prompts died with it (their requesters were told).
+                    let gone: Vec<String> =
+                        t.prompts.drain(..).map(|p| p.prompt.request_id).collect();
+                    for r in gone {
+                        self.set_status(
+                            &r,
+                            EscalationStatus::Failed {
+                                error: "the Session Coordinator died".into(),
+                            },
+                        );
+                    }
+                    self.message = Some(format!(
+                        "tab {title}: the Session Coordinator died; reconnecting…"
+                    ));
+                }
+                self.dirty = true;
+            }
+            Ev::Reconnected(id) => {
+                if let Some(t) = self.tab_mut(id) {
+                    self.message = Some(format!(
+                        "tab {}: reconnected to a new Session Coordinator (same session)",
+                        t.title
+                    ));
+                }
+                self.dirty = true;
+            }
             Ev::ControlClosed(id) => {
                 if let Some(t) = self.tab_mut(id)
                     && t.phase != Phase::Connecting
@@ -584,7 +613,7 @@ impl App {
                     command: prompt.command.clone(),
                     status: EscalationStatus::Pending,
                 });
-                tab.prompts.push_back(Pending::new(prompt));
+                tab.prompts.push_back(Pending::new(prompt, &tab.title));
                 if focused != Some(id) {
                     self.message = Some(format!("tab {} asks for a host command", tab.title));
                 }

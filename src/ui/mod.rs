@@ -42,6 +42,10 @@ pub enum Ev {
     Failed(u64, String),
     Coord(u64, Box<CoordMsg>),
     ControlClosed(u64),
+    /// The tab's coordinator went away; the tab reconnects.
+    CoordinatorLost(u64),
+    /// The tab is attached, as the same session, to a new coordinator.
+    Reconnected(u64),
     /// Every running domain of this user (the sessions panel).
     Domains(Vec<DomainStatus>),
     /// The live table of a domain (by hash), read after `change` if any.

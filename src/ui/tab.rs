@@ -144,14 +144,21 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub fn new(prompt: Prompt) -> Self {
+    /// A prompt signed as the session of tab `tab`. Who asked is named:
+    /// sessions share one sandbox, so the human should know which
+    /// session's credential signed it (threat-model.md).
+    pub fn new(prompt: Prompt, tab: &str) -> Self {
+        let short: String = prompt.session_id.chars().take(8).collect();
         let request = ApprovalRequest {
             id: prompt.request_id.clone(),
             profile: prompt.profile.clone(),
             justification: prompt.justification.clone(),
             command: prompt.command.clone(),
             via_shell: prompt.via_shell,
-            note: Some(format!("in {} · {}", prompt.cwd, prompt.reason)),
+            note: Some(format!(
+                "signed as tab {tab} (session {short}, a human here) · in {} · {}",
+                prompt.cwd, prompt.reason
+            )),
         };
         Pending {
             prompt,
@@ -425,6 +432,14 @@ async fn control(
             return;
         }
     };
+    // Renewed for as long as the tab's control stream lives.
+    let _credential = match session.publish_credential(&launch.ctx.certs_dir) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(Ev::Failed(id, format!("{e:#}")));
+            return;
+        }
+    };
     let args = match session.exec_args(
         &client.domain.sandbox,
         true,
@@ -442,24 +457,58 @@ async fn control(
         Box::new(client.domain.clone()),
         Box::new(args),
     ));
-    let (mut r, mut w) = client.stream.into_split();
-    let reader = async {
-        while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
-            if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+    let mut stream = client.stream;
+    loop {
+        let (mut r, mut w) = stream.into_split();
+        // True when the coordinator went away (not the UI).
+        // A domain going down says so first: then nothing reconnects.
+        let reader = async {
+            let mut going_down = false;
+            while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
+                going_down |= matches!(msg, CoordMsg::ShuttingDown);
+                if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+                    return false;
+                }
+            }
+            !going_down
+        };
+        let writer = async {
+            while let Some(msg) = out_rx.recv().await {
+                if write_frame(&mut w, &msg).await.is_err() {
+                    return true;
+                }
+            }
+            false
+        };
+        let lost = tokio::select! {
+            lost = reader => lost,
+            lost = writer => lost,
+        };
+        if !lost || tx.send(Ev::CoordinatorLost(id)).is_err() {
+            break;
+        }
+        // The coordinator died (the sandbox and this tab's shell live on):
+        // reconnect as the same session, starting a new coordinator if
+        // none is there; it adopts the running domain and counts us.
+        let hello = session.hello(launch.purpose, true);
+        match client::connect(&launch.ctx, &hello, true, &mut |_| {}).await {
+            Ok(c) => {
+                stream = c.stream;
+                if tx.send(Ev::Reconnected(id)).is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Ev::Failed(
+                    id,
+                    format!(
+                        "cannot reconnect to domain {}: {e}",
+                        launch.ctx.anchor.hash()
+                    ),
+                ));
                 break;
             }
         }
-    };
-    let writer = async {
-        while let Some(msg) = out_rx.recv().await {
-            if write_frame(&mut w, &msg).await.is_err() {
-                break;
-            }
-        }
-    };
-    tokio::select! {
-        _ = reader => {}
-        _ = writer => {}
     }
     let _ = tx.send(Ev::ControlClosed(id));
 }

@@ -169,18 +169,30 @@ workspace_mode = "direct"
 
     /// `lazaret --config CONFIG ARGS` in the workspace, without `--profile`.
     pub fn cmd_raw(&self, path_var: &str, args: &[&str]) -> std::process::Command {
+        self.cmd_raw_env(path_var, &[], args)
+    }
+
+    /// [`Domain::cmd_raw`] with `extra` environment variables for Lazaret.
+    pub fn cmd_raw_env(
+        &self,
+        path_var: &str,
+        extra: &[(&str, &str)],
+        args: &[&str],
+    ) -> std::process::Command {
         let config = self.s.path().join("config.toml");
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
+        let mut env = vec![
+            ("LAZARET_USER_CONFIG", ""),
+            ("LAZARET_TEST_FWD", "forwarded"),
+            ("TERM", "xterm-256color"),
+        ];
+        env.extend_from_slice(extra);
         lazaret_env(
             &user_home(),
             &self.s.path().join("ws"),
             path_var,
-            &[
-                ("LAZARET_USER_CONFIG", ""),
-                ("LAZARET_TEST_FWD", "forwarded"),
-                ("TERM", "xterm-256color"),
-            ],
+            &env,
             &all,
         )
     }
