@@ -365,3 +365,38 @@ fn claude_code_escalates_through_a_mock_api() {
     );
     eprintln!("done at {:?}", started.elapsed());
 }
+
+/// A tab whose command does not exist shows why, and the UI stays usable:
+/// another tab opens and runs a shell; closing both ends the UI.
+#[test]
+fn a_missing_agent_command_shows_why_in_its_tab() {
+    let d = Domain::new("gv");
+    d.add_config(&format!(
+        "[profiles.noagent]\nimage = \"{}\"\ncommand = \"no-such-agent-cli --flag\"\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    let other = d.other("noagent");
+    let t = d.tmux(120, 35, "ui --profile noagent", None);
+    let s = t.wait_for(120, "the failure in the tab", |s| {
+        s.contains("command not found") && s.contains("exit code 127")
+    });
+    assert!(s.contains("no-such-agent-cli"), "{s}");
+    assert!(t.alive(), "the UI vanished:\n{s}");
+    // Still usable: a new tab on the workbench profile runs a shell.
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("New tab"));
+    for _ in 0..8 {
+        t.send(&["Up"]);
+    }
+    t.wait_for(20, "the first profile picked", |s| s.contains("› gv"));
+    t.send(&["Enter"]);
+    let s = t.wait_for(120, "a second tab's shell", |s| s.contains("root@"));
+    t.line("clear; echo STILL-$((6*7))");
+    t.wait_for(20, "the shell's output", |s| s.contains("STILL-42"));
+    drop(s);
+    t.send(&["C-a", "x"]);
+    t.send(&["C-a", "1"]);
+    t.send(&["C-a", "x"]);
+    t.wait_exit(30, "lazaret ui after both tabs closed");
+    common::sandbox::wait_domain_gone(&other, Vec::new);
+}
