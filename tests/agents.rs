@@ -95,7 +95,7 @@ impl TestNet {
         .join()
         .unwrap();
         let seen = net.seen.clone();
-        std::thread::spawn(move || serve_dns(udp, seen));
+        std::thread::spawn(move || serve_dns(&udp, &seen));
         let seen = net.seen.clone();
         let cmd = host_command.to_string();
         std::thread::spawn(move || {
@@ -109,7 +109,7 @@ impl TestNet {
 }
 
 /// The upstream: answers only the API's name; records every question.
-fn serve_dns(udp: UdpSocket, seen: Arc<Mutex<Seen>>) {
+fn serve_dns(udp: &UdpSocket, seen: &Mutex<Seen>) {
     let mut buf = [0u8; 2048];
     while let Ok((n, peer)) = udp.recv_from(&mut buf) {
         let Ok(q) = Message::from_vec(&buf[..n]) else {
@@ -184,7 +184,7 @@ fn serve_api(mut s: TcpStream, seen: &Mutex<Seen>, host_command: &str) {
         return;
     }
     let events = if body.contains(TOOL_ID) {
-        seen.lock().unwrap().tool_result = Some(body.clone());
+        seen.lock().unwrap().tool_result = Some(body);
         sse_text(FINAL_TEXT)
     } else if body.contains("LAZARET-PROMPT") && body.contains("\"Bash\"") {
         sse_tool_use(host_command)
@@ -200,14 +200,14 @@ fn serve_api(mut s: TcpStream, seen: &Mutex<Seen>, host_command: &str) {
     let _ = s.write_all(events.as_bytes());
 }
 
-fn event(name: &str, data: serde_json::Value) -> String {
+fn event(name: &str, data: &serde_json::Value) -> String {
     format!("event: {name}\ndata: {data}\n\n")
 }
 
 fn message_start() -> String {
     event(
         "message_start",
-        serde_json::json!({"type": "message_start", "message": {
+        &serde_json::json!({"type": "message_start", "message": {
             "id": "msg_lazaret", "type": "message", "role": "assistant",
             "model": "claude-sonnet-4-5", "content": [], "stop_reason": null,
             "stop_sequence": null,
@@ -218,27 +218,27 @@ fn message_start() -> String {
 fn message_end(stop_reason: &str) -> String {
     event(
         "message_delta",
-        serde_json::json!({"type": "message_delta",
+        &serde_json::json!({"type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
             "usage": {"output_tokens": 12}}),
-    ) + &event("message_stop", serde_json::json!({"type": "message_stop"}))
+    ) + &event("message_stop", &serde_json::json!({"type": "message_stop"}))
 }
 
 fn sse_text(t: &str) -> String {
     message_start()
         + &event(
             "content_block_start",
-            serde_json::json!({"type": "content_block_start", "index": 0,
+            &serde_json::json!({"type": "content_block_start", "index": 0,
                 "content_block": {"type": "text", "text": ""}}),
         )
         + &event(
             "content_block_delta",
-            serde_json::json!({"type": "content_block_delta", "index": 0,
+            &serde_json::json!({"type": "content_block_delta", "index": 0,
                 "delta": {"type": "text_delta", "text": t}}),
         )
         + &event(
             "content_block_stop",
-            serde_json::json!({"type": "content_block_stop", "index": 0}),
+            &serde_json::json!({"type": "content_block_stop", "index": 0}),
         )
         + &message_end("end_turn")
 }
@@ -248,17 +248,17 @@ fn sse_tool_use(command: &str) -> String {
     message_start()
         + &event(
             "content_block_start",
-            serde_json::json!({"type": "content_block_start", "index": 0,
+            &serde_json::json!({"type": "content_block_start", "index": 0,
                 "content_block": {"type": "tool_use", "id": TOOL_ID, "name": "Bash", "input": {}}}),
         )
         + &event(
             "content_block_delta",
-            serde_json::json!({"type": "content_block_delta", "index": 0,
+            &serde_json::json!({"type": "content_block_delta", "index": 0,
                 "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
         )
         + &event(
             "content_block_stop",
-            serde_json::json!({"type": "content_block_stop", "index": 0}),
+            &serde_json::json!({"type": "content_block_stop", "index": 0}),
         )
         + &message_end("tool_use")
 }
