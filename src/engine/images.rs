@@ -513,6 +513,10 @@ pub fn list_images(podman: &Podman) -> Result<Vec<ImageRow>, ImageError> {
         what: "cannot read `podman images` output".into(),
         error: std::io::Error::other(e),
     })?;
+    // podman lists an image once per tag: one row per image.
+    let mut rows = rows;
+    let mut seen = std::collections::HashSet::new();
+    rows.retain(|r| seen.insert(r.id.clone()));
     Ok(rows)
 }
 
