@@ -400,3 +400,26 @@ fn a_missing_agent_command_shows_why_in_its_tab() {
     t.wait_exit(30, "lazaret ui after both tabs closed");
     common::sandbox::wait_domain_gone(&other, Vec::new);
 }
+
+/// Starting a profile whose agent image is not built says the exact
+/// command that builds it, and starts nothing.
+#[test]
+fn a_missing_agent_image_says_how_to_build_it() {
+    let d = Domain::new("aider");
+    if common::podman(&["image", "exists", "localhost/lazaret/agent-aider:latest"])
+        .status
+        .success()
+    {
+        eprintln!("skipped: the aider image is built on this machine");
+        return;
+    }
+    d.add_config("[profiles.aider]\nagent = \"aider\"\n");
+    let out = d.lazaret(&["sandbox", "up"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}{e}");
+    assert!(
+        e.contains("lazaret image build --agent aider"),
+        "no build command in:\n{o}{e}"
+    );
+    assert!(d.containers().is_empty(), "{:?}", d.containers());
+}
