@@ -285,6 +285,11 @@ fn tabs_run_the_profiles_command_and_shell_runs_a_shell() {
     let t = d.tmux(100, 30, "ui --profile agent", None);
     t.wait_for(120, "the agent", |s| s.contains("AGENT-42 up"));
     t.line("hello");
+    // A command that fails stays on screen with its exit code until closed.
+    t.wait_for(30, "the failure in the tab", |s| {
+        s.contains("got-hello") && s.contains("exited with code 5")
+    });
+    t.send(&["C-a", "x"]);
     t.wait_exit(30, "lazaret ui after its only tab's command ended");
     wait_domain_gone(&agent, Vec::new);
 

@@ -15,7 +15,9 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, HostVars, LoadOptions};
 use crate::domain::DomainPaths;
 use crate::engine::Engine;
-use crate::engine::images::{BaseImageRequest, build_base_image};
+use crate::engine::images::{
+    self, AgentImageRequest, BaseImageRequest, build_agent_image, build_base_image,
+};
 use crate::engine::podman::Podman;
 use crate::git_sentry::WorkspaceLayout;
 use crate::git_sentry::sync::Propagator;
@@ -237,6 +239,14 @@ enum ImageCommand {
         /// Also tag the image with this name.
         #[arg(long)]
         tag: Option<String>,
+        /// Build an agent's image instead (claude, codex, aider): its recipe
+        /// from assets/agents/NAME, FROM the base image, with podman build.
+        /// Tagged localhost/lazaret/agent-NAME:VERSION and :latest.
+        #[arg(long)]
+        agent: Option<String>,
+        /// With --agent: the agent version to install (default: the newest).
+        #[arg(long = "agent-version", default_value = "latest", requires = "agent")]
+        agent_version: String,
     },
     /// Remove Lazaret's images (localhost/lazaret/...) that no profile, no
     /// container and not the current Network Sidecar uses.
@@ -247,6 +257,8 @@ enum ImageCommand {
         /// Only these repositories (e.g. localhost/lazaret/trixie).
         repositories: Vec<String>,
     },
+    /// List Lazaret's images: base, agent (with its version) and sidecar.
+    List,
 }
 
 /// Which domain: a profile and a workspace folder.
@@ -497,14 +509,23 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Image(ImageCommand::Build {
             release,
+            agent: Some(agent),
+            agent_version,
+            ..
+        }) => image_build_agent(cli.config, &env, &release, agent, agent_version),
+        Command::Image(ImageCommand::Build {
+            release,
             include,
             mirror,
             tag,
+            agent: None,
+            ..
         }) => image_build(cli.config, &env, release, include, mirror, tag),
         Command::Image(ImageCommand::Prune {
             dry_run,
             repositories,
         }) => image_prune(&cli.config, &env, dry_run, &repositories),
+        Command::Image(ImageCommand::List) => image_list(),
         Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
             sandbox_up(cli.config, &env, &domain, runtime.as_deref())
         }
@@ -1084,6 +1105,76 @@ fn review(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Resul
     } else {
         ExitCode::from(3)
     })
+}
+
+fn image_build_agent(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    release: &str,
+    agent: String,
+    version: String,
+) -> Result<ExitCode> {
+    let scratch = match load(explicit, env) {
+        Ok(c) => c.data_root.join("tmp"),
+        Err(_) => std::env::temp_dir(),
+    };
+    let req = AgentImageRequest {
+        agent,
+        base: format!("{}/{release}:latest", images::BASE_REPOSITORY),
+        version,
+    };
+    let started = std::time::Instant::now();
+    eprintln!(
+        "building the {} agent image from {} (rootless podman build)",
+        req.agent, req.base
+    );
+    let built = build_agent_image(&Podman::default(), &req, &scratch, &mut |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+    })
+    .context("agent image build failed")?;
+    println!("built     {}", built.tags.join(", "));
+    println!("agent     {} {}", req.agent, built.version);
+    println!("size      {:.1} MiB", built.size_bytes as f64 / 1048576.0);
+    println!("time      {:.1} s", built.build_time.as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn image_list() -> Result<ExitCode> {
+    let rows = images::list_images(&Podman::default()).context("cannot list images")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    println!(
+        "{:<48} {:<8} {:<12} {:>8} {:>10}",
+        "IMAGE", "AGENT", "VERSION", "AGE", "SIZE"
+    );
+    for row in rows {
+        let name = row
+            .names
+            .iter()
+            .find(|n| !n.ends_with(":latest"))
+            .or(row.names.first())
+            .cloned()
+            .unwrap_or_else(|| row.id.chars().take(12).collect());
+        let age = (now - row.created).max(0);
+        let age = if age < 3600 {
+            format!("{}m", age / 60)
+        } else if age < 86_400 {
+            format!("{}h", age / 3600)
+        } else {
+            format!("{}d", age / 86_400)
+        };
+        println!(
+            "{:<48} {:<8} {:<12} {:>8} {:>7.1} MB",
+            name,
+            row.agent().unwrap_or_else(|| "-".into()),
+            row.version().unwrap_or_else(|| "-".into()),
+            age,
+            row.size as f64 / 1e6
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn image_build(

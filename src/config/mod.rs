@@ -1305,10 +1305,27 @@ impl Validator<'_> {
             return None;
         }
         let before = self.problems.len();
-        let image = self
-            .required(raw.image.as_ref(), &format!("{base}.image"))
-            .cloned()
-            .unwrap_or_default();
+        let agent_image = match raw.agent.as_deref() {
+            Some(a) if crate::engine::images::agent_recipe(a).is_none() => {
+                self.problem(
+                    &format!("{base}.agent"),
+                    format!(
+                        "`{a}` is not an agent Lazaret builds images for; known: {}",
+                        crate::engine::images::agent_names().join(", ")
+                    ),
+                );
+                None
+            }
+            Some(a) => Some(crate::engine::images::agent_image(a)),
+            None => None,
+        };
+        let image = match (raw.image.as_ref(), agent_image) {
+            (None, Some(img)) => img,
+            _ => self
+                .required(raw.image.as_ref(), &format!("{base}.image"))
+                .cloned()
+                .unwrap_or_default(),
+        };
         if raw.image.is_some()
             && (image.trim().is_empty()
                 || image.chars().any(|c| c.is_whitespace() || c.is_control()))

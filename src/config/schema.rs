@@ -56,6 +56,9 @@ pub struct Escalation {
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub image: Option<String>,
+    /// The agent this profile runs (`claude`, `codex`, `aider`): its image
+    /// `localhost/lazaret/agent-NAME:latest` is the default `image`.
+    pub agent: Option<String>,
     pub persistent_dirs: Option<Vec<String>>,
     pub allow_egress: Option<Vec<String>>,
     /// Names this profile's resolver forwards, on top of `[network]`'s.

@@ -49,6 +49,20 @@ pub enum ImageError {
     NoMmdebstrap,
     #[error("`{0}` is not a package name")]
     BadPackage(String),
+    #[error("`{agent}` is not an agent Lazaret has a recipe for; known: {known}")]
+    UnknownAgent { agent: String, known: String },
+    #[error(
+        "the base image `{0}` is not in local storage; build it first with `lazaret image build`"
+    )]
+    NoBase(String),
+    #[error(
+        "building the {agent} image failed ({status}); podman's last lines:\n{tail}\nCheck that the package registries are reachable from this machine (proxy variables and the CA bundle in /etc/ssl/certs are passed to the build)"
+    )]
+    AgentBuild {
+        agent: String,
+        status: String,
+        tail: String,
+    },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ImageError {
@@ -249,6 +263,261 @@ pub fn build_base_image(
         bootstrap_time,
         import_time: started.elapsed(),
     })
+}
+
+/// Repository prefix of agent images: `localhost/lazaret/agent-NAME:VERSION`.
+pub const AGENT_REPOSITORY: &str = "localhost/lazaret/agent-";
+/// Where an agent image records its agent's version (written by the recipe).
+pub const AGENT_VERSION_FILE: &str = "/etc/lazaret/agent-version";
+/// The host's trusted certificate authorities, handed to builds as a secret.
+pub const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// A recipe in `assets/agents/NAME/` (decisions.md D12), compiled in.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentRecipe {
+    pub name: &'static str,
+    pub containerfile: &'static str,
+}
+
+const AGENT_RECIPES: &[AgentRecipe] = &[
+    AgentRecipe {
+        name: "claude",
+        containerfile: include_str!("../../assets/agents/claude/Containerfile"),
+    },
+    AgentRecipe {
+        name: "codex",
+        containerfile: include_str!("../../assets/agents/codex/Containerfile"),
+    },
+    AgentRecipe {
+        name: "aider",
+        containerfile: include_str!("../../assets/agents/aider/Containerfile"),
+    },
+];
+
+/// The instruction file every agent image carries, pointing at the guide.
+const AGENT_INSTRUCTIONS: &str = include_str!("../../assets/agents/instructions.md");
+
+pub fn agent_recipe(name: &str) -> Option<&'static AgentRecipe> {
+    AGENT_RECIPES.iter().find(|r| r.name == name)
+}
+
+pub fn agent_names() -> Vec<&'static str> {
+    AGENT_RECIPES.iter().map(|r| r.name).collect()
+}
+
+/// The image a profile with `agent = NAME` runs by default.
+pub fn agent_image(name: &str) -> String {
+    format!("{AGENT_REPOSITORY}{name}:latest")
+}
+
+/// The agent an image name belongs to, if it is an agent image.
+pub fn agent_of_image(image: &str) -> Option<&str> {
+    let rest = image.strip_prefix(AGENT_REPOSITORY)?;
+    Some(rest.split(':').next().unwrap_or(rest))
+}
+
+/// What `lazaret image build --agent NAME` makes.
+#[derive(Debug, Clone)]
+pub struct AgentImageRequest {
+    pub agent: String,
+    /// Base image to build FROM.
+    pub base: String,
+    /// Agent version to install (`latest` unless pinned).
+    pub version: String,
+}
+
+/// The result of an agent image build.
+#[derive(Debug, Clone)]
+pub struct BuiltAgentImage {
+    pub tags: Vec<String>,
+    pub version: String,
+    pub size_bytes: u64,
+    pub build_time: Duration,
+}
+
+/// Builds an agent image rootless with `podman build`, on the build's own
+/// network. The host's CA bundle is mounted as a build secret (never in a
+/// layer) and podman passes the host's proxy variables to the build's RUN
+/// steps only; neither ends up in the image.
+pub fn build_agent_image(
+    podman: &Podman,
+    req: &AgentImageRequest,
+    scratch: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<BuiltAgentImage, ImageError> {
+    let recipe = agent_recipe(&req.agent).ok_or_else(|| ImageError::UnknownAgent {
+        agent: req.agent.clone(),
+        known: agent_names().join(", "),
+    })?;
+    if !podman.image_exists(&req.base)? {
+        return Err(ImageError::NoBase(req.base.clone()));
+    }
+    std::fs::create_dir_all(scratch).map_err(io(format!("cannot create {}", scratch.display())))?;
+    let dir = tempfile::Builder::new()
+        .prefix("agent-build-")
+        .tempdir_in(scratch)
+        .map_err(io("cannot create a temporary folder"))?;
+    let ctx = dir.path();
+    std::fs::write(ctx.join("Containerfile"), recipe.containerfile)
+        .map_err(io("cannot write the Containerfile"))?;
+    std::fs::write(ctx.join("instructions.md"), AGENT_INSTRUCTIONS)
+        .map_err(io("cannot write the instruction file"))?;
+    // An empty bundle when the host has none: the installers then use their own.
+    let ca = ctx.join("ca.crt");
+    let bundle = std::fs::read(HOST_CA_BUNDLE).unwrap_or_default();
+    std::fs::write(&ca, bundle).map_err(io("cannot copy the host's CA bundle"))?;
+
+    let build_tag = format!("{AGENT_REPOSITORY}{}:build", recipe.name);
+    let started = Instant::now();
+    let mut child = Command::new(podman.program())
+        .arg("build")
+        .arg("--layers")
+        .arg("--http-proxy=true")
+        .arg(format!("--secret=id=ca,src={}", ca.display()))
+        .arg(format!("--build-arg=BASE={}", req.base))
+        .arg(format!("--build-arg=AGENT_VERSION={}", req.version))
+        .arg(format!("--label=lazaret.agent={}", recipe.name))
+        .arg("-t")
+        .arg(&build_tag)
+        .arg("-f")
+        .arg(ctx.join("Containerfile"))
+        .arg(ctx)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ImageError::Podman(PodmanError::Spawn(e)))?;
+    // podman build writes steps to stdout and errors to stderr: merge both.
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let tx2 = tx.clone();
+    let t = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx2.send(line);
+        }
+    });
+    let stdout = child.stdout.take().expect("piped");
+    let t2 = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut tail: Vec<String> = Vec::new();
+    for line in rx {
+        progress(&line);
+        tail.push(line);
+        if tail.len() > 20 {
+            tail.remove(0);
+        }
+    }
+    let _ = t.join();
+    let _ = t2.join();
+    let status = child.wait().map_err(io("cannot wait for podman build"))?;
+    if !status.success() {
+        return Err(ImageError::AgentBuild {
+            agent: recipe.name.to_string(),
+            status: status.to_string(),
+            tail: tail.join("\n"),
+        });
+    }
+    let build_time = started.elapsed();
+    let version = podman
+        .run([
+            "run",
+            "--rm",
+            "--network=none",
+            "--entrypoint=cat",
+            build_tag.as_str(),
+            AGENT_VERSION_FILE,
+        ])?
+        .trim()
+        .to_string();
+    let version = if version.is_empty() {
+        "unknown".to_string()
+    } else {
+        version
+    };
+    let mut tags = Vec::new();
+    for t in [version.as_str(), "latest"] {
+        let tag = format!("{AGENT_REPOSITORY}{}:{t}", recipe.name);
+        podman.run(["tag", build_tag.as_str(), tag.as_str()])?;
+        tags.push(tag);
+    }
+    let _ = podman.run(["untag", build_tag.as_str(), build_tag.as_str()]);
+    let size_bytes = podman
+        .run([
+            "image",
+            "inspect",
+            "--format",
+            "{{.Size}}",
+            tags[0].as_str(),
+        ])?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Ok(BuiltAgentImage {
+        tags,
+        version,
+        size_bytes,
+        build_time,
+    })
+}
+
+/// One row of `lazaret image list`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ImageRow {
+    #[serde(rename = "Names", default)]
+    pub names: Vec<String>,
+    #[serde(rename = "Id")]
+    pub id: String,
+    #[serde(rename = "Created")]
+    pub created: i64,
+    #[serde(rename = "Size")]
+    pub size: u64,
+    #[serde(rename = "Labels", default)]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl ImageRow {
+    /// The agent a row's image carries, from its label or name.
+    pub fn agent(&self) -> Option<String> {
+        if let Some(a) = self.labels.as_ref().and_then(|l| l.get("lazaret.agent")) {
+            return Some(a.clone());
+        }
+        self.names
+            .iter()
+            .find_map(|n| agent_of_image(n).map(str::to_string))
+    }
+
+    /// The version tag of an agent image (the tag that is not `latest`).
+    pub fn version(&self) -> Option<String> {
+        self.names
+            .iter()
+            .filter(|n| n.starts_with(AGENT_REPOSITORY))
+            .filter_map(|n| n.rsplit_once(':').map(|(_, t)| t))
+            .find(|t| *t != "latest" && *t != "build")
+            .map(str::to_string)
+    }
+}
+
+/// Lazaret's images in the user's storage (base, agent, sidecar).
+pub fn list_images(podman: &Podman) -> Result<Vec<ImageRow>, ImageError> {
+    let out = podman.run([
+        "images",
+        "--format",
+        "json",
+        "--filter",
+        &format!("reference={BASE_REPOSITORY}/*"),
+    ])?;
+    let rows: Vec<ImageRow> = serde_json::from_str(&out).map_err(|e| ImageError::Io {
+        what: "cannot read `podman images` output".into(),
+        error: std::io::Error::other(e),
+    })?;
+    // podman lists an image once per tag: one row per image.
+    let mut rows = rows;
+    let mut seen = std::collections::HashSet::new();
+    rows.retain(|r| seen.insert(r.id.clone()));
+    Ok(rows)
 }
 
 /// Today's date as YYYYMMDD (UTC), for image tags.

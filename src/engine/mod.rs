@@ -135,6 +135,10 @@ pub enum EngineError {
         "image `{0}` is not in local storage and could not be pulled; build it with `lazaret image build` or fix the profile's image"
     )]
     NoImage(String),
+    #[error(
+        "the {agent} agent image `{image}` is not built yet; build it with `lazaret image build --agent {agent}` (a few minutes, needs the package registries)"
+    )]
+    NoAgentImage { agent: String, image: String },
     #[error("mount table: {0}")]
     Mount(String),
     #[error("the Network Sidecar {name} did not become healthy within {secs} s: {detail}")]
@@ -417,6 +421,12 @@ impl Engine {
     fn ensure_image(&self, image: &str, progress: &mut dyn FnMut(Step)) -> Result<(), EngineError> {
         if self.podman.image_exists(image)? {
             return Ok(());
+        }
+        if let Some(agent) = images::agent_of_image(image) {
+            return Err(EngineError::NoAgentImage {
+                agent: agent.to_string(),
+                image: image.to_string(),
+            });
         }
         if image.starts_with("localhost/") {
             return Err(EngineError::NoImage(image.to_string()));

@@ -42,6 +42,11 @@ impl Default for Podman {
 }
 
 impl Podman {
+    /// The podman executable, for calls that stream their output.
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
     /// Runs podman and returns its stdout (trimmed of the final newline).
     pub fn run<I, S>(&self, args: I) -> Result<String, PodmanError>
     where

@@ -22,7 +22,7 @@ use ratatui::layout::{Constraint, Layout, Rect, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, BorderType};
 
-use super::tab::{Launch, ModalMode, Pending, Phase, Tab};
+use super::tab::{self, Launch, ModalMode, Pending, Phase, Tab};
 use super::{Ev, FRAME, Launcher, NetTable, key_matches};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus};
@@ -494,10 +494,27 @@ impl App {
             }
             Ev::Exited(id) => {
                 if let Some(i) = self.tabs.iter().position(|t| t.id == id) {
-                    if let Some(code) = self.tabs[i].exit_code(Duration::from_secs(3)) {
+                    let code = self.tabs[i].exit_code(Duration::from_secs(3));
+                    if let Some(code) = code {
                         self.exit_code = Some(code);
                     }
-                    self.close_tab(i);
+                    // A failed session command stays on screen with its
+                    // reason (and its last lines above it) until the user
+                    // closes the tab: the UI must not vanish without a word.
+                    if self.mode != Mode::Shell && code != Some(0) {
+                        let prefix = self.prefix_text.clone();
+                        let tab = &mut self.tabs[i];
+                        let code = if code == Some(255) && tab.command_missing() {
+                            Some(127)
+                        } else {
+                            code
+                        };
+                        let why = tab::exit_reason(&tab.launch.argv, code);
+                        tab.failed(&format!("{why}; {prefix} x closes this tab"));
+                        self.dirty = true;
+                    } else {
+                        self.close_tab(i);
+                    }
                 }
             }
             Ev::Progress(id, step) => {

@@ -273,6 +273,19 @@ pub fn run(
     result?;
     drop(_guard);
     match outcome {
+        // podman's own failures (125-127) and 255 never pass unexplained.
+        Ok(code) if code == 255 || (125..=127).contains(&code) => {
+            eprintln!(
+                "lazaret: the session's command ended with exit code {code} ({})",
+                match code {
+                    127 => "command not found in the image",
+                    126 => "command not executable",
+                    125 => "podman exec failed",
+                    _ => "podman exec or the command failed",
+                }
+            );
+            Ok(ExitCode::from(code))
+        }
         Ok(code) => Ok(ExitCode::from(code)),
         Err(why) => Err(anyhow::anyhow!(why)),
     }

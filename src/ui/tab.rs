@@ -332,6 +332,26 @@ impl Tab {
         }
     }
 
+    /// Whether the session command's program is missing from the sandbox.
+    /// Under gVisor, `podman exec` of a missing program fails with 255 and
+    /// an opaque runtime error; this asks the sandbox's shell instead.
+    pub fn command_missing(&self) -> bool {
+        let (Some(domain), Some(program)) = (&self.domain, self.launch.argv.first()) else {
+            return false;
+        };
+        crate::engine::podman::Podman::default()
+            .run([
+                "exec",
+                domain.sandbox.as_str(),
+                "sh",
+                "-c",
+                "command -v \"$1\" >/dev/null",
+                "sh",
+                program.as_str(),
+            ])
+            .is_err_and(|e| e.to_string().contains("exit status: 1"))
+    }
+
     /// Bytes for the shell (typed keys, pastes).
     pub fn write(&self, bytes: &[u8]) {
         if bytes.is_empty() {
@@ -518,4 +538,29 @@ async fn control(
 /// would be drawn as a staircase.
 fn crlf(text: &str) -> String {
     text.replace("\r\n", "\n").replace('\n', "\r\n")
+}
+
+/// Why a tab's session command ended, in words: `code` is `podman exec`'s
+/// exit status (the command's own, or podman's 125-127 when it never ran).
+pub fn exit_reason(argv: &[String], code: Option<u8>) -> String {
+    let cmd = if argv.is_empty() {
+        "the login shell".to_string()
+    } else {
+        format!("`{}`", argv.join(" "))
+    };
+    let program = argv.first().map(String::as_str).unwrap_or("the shell");
+    match code {
+        Some(127) => format!(
+            "{cmd} failed: command not found (exit code 127); `{program}` is not in the profile's image: build the agent's image (`lazaret image build --agent NAME`) or fix the profile's command"
+        ),
+        Some(126) => format!("{cmd} failed: `{program}` cannot be executed (exit code 126)"),
+        Some(125) => format!(
+            "{cmd} could not start: podman exec failed (exit code 125); see the lines above"
+        ),
+        Some(255) => format!(
+            "{cmd} ended with exit code 255 (podman exec or the command itself failed; see the lines above)"
+        ),
+        Some(n) => format!("{cmd} exited with code {n}; its last lines are above"),
+        None => format!("{cmd} ended; its exit code is unknown"),
+    }
 }
