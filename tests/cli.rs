@@ -250,3 +250,34 @@ fn init_writes_user_config_once() {
     let (stdout, _) = text(&out);
     assert!(stdout.contains("# user file: "), "{stdout}");
 }
+
+/// Issue 17: an error known before boot (an unset forwarded variable) is
+/// reported by `lazaret ui` at once, before the UI starts anything.
+#[test]
+fn ui_reports_unset_forwarded_variable_before_boot() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write(
+        "c.toml",
+        "[profiles.agent]\nimage = \"localhost/lazaret/trixie:latest\"\nenv = { KEY = \"env:H17B_UNSET_KEY\" }\n",
+    );
+    let started = std::time::Instant::now();
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", cfg.to_str().unwrap(), "ui"],
+    )
+    .output()
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("profile agent forwards $H17B_UNSET_KEY, not set here"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Nothing booted: no domain folder was made.
+    assert!(!home.join(".local/share/lazaret/domains").exists());
+}
