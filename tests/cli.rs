@@ -194,3 +194,90 @@ fn help_explains_the_commands() {
         assert!(stdout.contains(needle), "--help lacks {needle}:\n{stdout}");
     }
 }
+
+/// Issue 17: `lazaret init` writes the commented example with its agent
+/// profiles, says where, and refuses to overwrite without --force. Before
+/// it, with no file, the built-in defaults load.
+#[test]
+fn init_writes_user_config_once() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let file = home.join(".config/lazaret/config.toml");
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "show"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("# default layer: built into lazaret (trusted)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[profiles.shell]"), "{stdout}");
+
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["init"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("wrote {}", file.display())),
+        "{stdout}"
+    );
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written, std::fs::read_to_string(example()).unwrap());
+    assert!(written.contains("[profiles.claude]"));
+
+    std::fs::write(&file, "# mine\n").unwrap();
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["init"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("already exists"), "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "# mine\n");
+
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["init", "--force"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
+
+    let out = lazaret(&home, &ws, STANDARD_PATH, &["config", "show"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("# user file: "), "{stdout}");
+}
+
+/// Issue 17: an error known before boot (an unset forwarded variable) is
+/// reported by `lazaret ui` at once, before the UI starts anything.
+#[test]
+fn ui_reports_unset_forwarded_variable_before_boot() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write(
+        "c.toml",
+        "[profiles.agent]\nimage = \"localhost/lazaret/trixie:latest\"\nenv = { KEY = \"env:H17B_UNSET_KEY\" }\n",
+    );
+    let started = std::time::Instant::now();
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", cfg.to_str().unwrap(), "ui"],
+    )
+    .output()
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("profile agent forwards $H17B_UNSET_KEY, not set here"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Nothing booted: no domain folder was made.
+    assert!(!home.join(".local/share/lazaret/domains").exists());
+}

@@ -214,14 +214,12 @@ fn cases() -> Vec<Case> {
             profile("command = \"unterminated"),
             load_err(&["command = \"unterminated"], "command =").with_contains_fallback(),
         ),
+        // Issue 17: a key left out takes the built-in default (it used to
+        // be "is required").
         case(
-            "missing data_root",
+            "missing data_root takes the default",
             header_with("data_root = \"ROOT/data\"", ""),
-            Expect::Load {
-                contains: &["storage.data_root: is required but not set in"],
-                at: None,
-                security: false,
-            },
+            Expect::Ok,
         ),
         case(
             "missing image",
@@ -229,13 +227,9 @@ fn cases() -> Vec<Case> {
             load_err(&["profiles.dev.image: is required"], "[profiles.dev]"),
         ),
         case(
-            "missing socket_dir",
+            "missing socket_dir takes the default",
             header_with("socket_dir = \"ROOT/sock\"", ""),
-            Expect::Load {
-                contains: &["escalation.socket_dir: is required"],
-                at: None,
-                security: false,
-            },
+            Expect::Ok,
         ),
         case(
             "runtime that is not known",
@@ -257,7 +251,7 @@ fn cases() -> Vec<Case> {
             "default_profile naming nothing",
             format!("default_profile = \"ghost\"\n{}", profile("")),
             load_err(
-                &["names the profile `ghost`, which is not defined (defined: dev)"],
+                &["names the profile `ghost`, which is not defined (defined: dev, shell)"],
                 "default_profile",
             ),
         ),
@@ -813,7 +807,12 @@ fn hierarchy_merges_per_key_and_remembers_origins() {
     let layers: Vec<Layer> = config.merged.sources.iter().map(|s| s.layer).collect();
     assert_eq!(
         layers,
-        vec![Layer::User, Layer::Workspace, Layer::CommandLine]
+        vec![
+            Layer::Default,
+            Layer::User,
+            Layer::Workspace,
+            Layer::CommandLine
+        ]
     );
     assert_eq!(config.merged.origin("profiles.dev.image").unwrap().file, ws);
     assert_eq!(
@@ -869,9 +868,10 @@ fn explicit_file_must_exist() {
         err.contains("cannot read configuration file") && err.contains("missing.toml"),
         "{err}"
     );
+    // Issue 17: no file at all used to be an error ("no configuration file
+    // was found"); the built-in defaults now load.
     let opts = LoadOptions::standard(&env, &fx.workspace, None);
-    let err = Config::load(&opts, &env).unwrap_err().to_string();
-    assert!(err.contains("no configuration file was found"), "{err}");
+    Config::load(&opts, &env).expect("the built-in defaults load");
 }
 
 /// §3.2.1: `$HOME` first, then the passwd entry.
@@ -1304,4 +1304,69 @@ fn broad_workspaces_are_refused_unless_asked() {
     config
         .resolve(&dev, &home, &env, HostVars::Require)
         .unwrap();
+}
+
+/// Issue 17: with no file at all the built-in `default` layer gives a
+/// working gVisor `shell` profile on the base image, chosen with no name.
+#[test]
+fn default_layer_works_with_no_file() {
+    let fx = fixture();
+    let home = fx.root.join("home");
+    let env = FixedEnv::default().with("HOME", &home.display().to_string());
+    let opts = LoadOptions::standard(&env, &fx.workspace, None);
+    assert!(!opts.user_file.as_ref().unwrap().exists());
+    let config = Config::load(&opts, &env).expect("defaults load");
+    assert_eq!(config.merged.sources.len(), 1);
+    assert_eq!(config.merged.sources[0].layer, Layer::Default);
+    assert_eq!(config.data_root, home.join(".local/share/lazaret"));
+    assert_eq!(
+        config.escalation.socket_dir,
+        home.join(".local/state/lazaret/sockets")
+    );
+    assert!(config.network.default_allow.is_empty());
+    assert!(!config.network.default_deny.is_empty());
+    let shell = config.select_profile(None).expect("the built-in shell");
+    assert_eq!(shell.name, "shell");
+    assert_eq!(shell.image, "localhost/lazaret/trixie:latest");
+    assert_eq!(shell.runtime.as_str(), "runsc");
+    config
+        .resolve(shell, &fx.workspace, &env, HostVars::Require)
+        .expect("the shell profile resolves");
+    let shown = lazaret::cli::config_show(&config);
+    assert!(
+        shown.contains("# default layer: built into lazaret (trusted)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("image = \"localhost/lazaret/trixie:latest\"  # <built-in defaults>:"),
+        "{shown}"
+    );
+}
+
+/// A user file overrides the defaults key by key, and its single profile
+/// is chosen over the built-in `shell`.
+#[test]
+fn user_file_overrides_defaults_per_key() {
+    let fx = fixture();
+    let root = fx.root.display().to_string();
+    write(
+        &fx.root,
+        "home/.config/lazaret/config.toml",
+        &format!("[storage]\ndata_root = \"{root}/data\"\n[profiles.dev]\nimage = \"img\"\n"),
+    );
+    let env = FixedEnv::default().with("HOME", &fx.root.join("home").display().to_string());
+    let opts = LoadOptions::standard(&env, &fx.workspace, None);
+    let config = Config::load(&opts, &env).expect("loads");
+    let layers: Vec<Layer> = config.merged.sources.iter().map(|s| s.layer).collect();
+    assert_eq!(layers, [Layer::Default, Layer::User]);
+    assert_eq!(config.data_root, fx.root.join("data"));
+    // Not set by the user: still the default.
+    assert_eq!(
+        config.escalation.socket_dir,
+        fx.root.join("home/.local/state/lazaret/sockets")
+    );
+    assert_eq!(config.select_profile(None).unwrap().name, "dev");
+    assert_eq!(config.select_profile(Some("shell")).unwrap().name, "shell");
+    let shown = lazaret::cli::config_show(&config);
+    assert!(shown.contains("# user file: "), "{shown}");
 }

@@ -52,6 +52,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a commented user configuration (with agent profiles) to
+    /// ~/.config/lazaret/config.toml to start from. Lazaret works without
+    /// one: built-in defaults give a gVisor shell profile.
+    Init {
+        /// Replace an existing user configuration.
+        #[arg(long)]
+        force: bool,
+    },
     /// Check or print the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -365,6 +373,7 @@ pub fn run() -> Result<ExitCode> {
         crate::engine::selftest::set_allow_degraded();
     }
     match cli.command {
+        Command::Init { force } => init_command(&env, force),
         Command::Trust { path, revoke } => trust_command(&env, cli.config.as_deref(), path, revoke),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -603,6 +612,31 @@ pub(crate) fn load_with(
 }
 
 /// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
+/// The commented configuration `lazaret init` writes: the source tree's
+/// example, embedded because only the binary is installed.
+const EXAMPLE_TOML: &str = include_str!("../../example.toml");
+
+fn init_command(env: &dyn HostEnv, force: bool) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current folder")?;
+    let Some(file) = LoadOptions::standard(env, &cwd, None).user_file else {
+        bail!("cannot tell where your configuration goes: set HOME (or XDG_CONFIG_HOME)");
+    };
+    if file.exists() && !force {
+        bail!(
+            "{} already exists; left unchanged. Edit it, or run `lazaret init --force` to replace it with the commented example",
+            file.display()
+        );
+    }
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(&file, EXAMPLE_TOML)
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    println!("wrote {}", file.display());
+    println!("  edit it, then check it with `lazaret config check`");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn trust_command(
     env: &dyn HostEnv,
     explicit: Option<&Path>,
@@ -637,7 +671,7 @@ fn trust_command(
     // Type-check it first: trusting a file that cannot load helps nobody.
     let mut upper = Merged::default();
     upper.add_text(Layer::Workspace, &file, &text)?;
-    let mut lower = Merged::default();
+    let mut lower = Merged::with_defaults();
     if let Some(user) = LoadOptions::standard(env, &cwd, None).user_file
         && user.exists()
     {
@@ -1177,6 +1211,78 @@ fn image_list() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Checks what can fail a start before anything boots: host variables the
+/// profile forwards, and its image (the base image is built, with progress,
+/// when missing; any other local image must exist).
+pub(crate) fn preboot(config: &Config, profile: &str, env: &dyn HostEnv) -> Result<()> {
+    let Some(p) = config.profiles.get(profile) else {
+        return Ok(());
+    };
+    let unset = p.unset_host_vars(env);
+    if !unset.is_empty() {
+        bail!(
+            "profile {profile} forwards {}, not set here; export {} (or remove it from the profile's env) and try again",
+            unset
+                .iter()
+                .map(|v| format!("${v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            unset.join(", ")
+        );
+    }
+    let podman = Podman::default();
+    if podman.image_exists(&p.image).unwrap_or(true) {
+        return Ok(());
+    }
+    let release = p
+        .image
+        .strip_prefix(images::BASE_REPOSITORY)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(|r| r.strip_suffix(":latest"))
+        .filter(|r| !r.contains('/'));
+    let Some(release) = release else {
+        if let Some(agent) = p
+            .image
+            .strip_prefix("localhost/lazaret/agent-")
+            .and_then(|a| a.split(':').next())
+        {
+            bail!(
+                "profile {profile}: image {} does not exist; build it with `lazaret image build --agent {agent}`",
+                p.image
+            );
+        }
+        if p.image.starts_with("localhost/") {
+            bail!(
+                "profile {profile}: image {} does not exist; build it first (`podman images` lists what exists)",
+                p.image
+            );
+        }
+        // A registry image: the engine pulls it at start.
+        return Ok(());
+    };
+    eprintln!(
+        "{} is missing: building it now (first use, about a minute)",
+        p.image
+    );
+    let req = BaseImageRequest {
+        release: release.to_string(),
+        mirror: "http://deb.debian.org/debian".into(),
+        include: Vec::new(),
+        tag: None,
+    };
+    let started = std::time::Instant::now();
+    build_base_image(&podman, &req, &config.data_root.join("tmp"), &mut |line| {
+        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+    })
+    .with_context(|| {
+        format!(
+            "cannot build {}; try `lazaret image build --release {release}` to see why",
+            p.image
+        )
+    })?;
+    Ok(())
+}
+
 fn image_build(
     explicit: Option<PathBuf>,
     env: &dyn HostEnv,
@@ -1313,6 +1419,10 @@ pub fn config_show(config: &Config) -> String {
             }
             _ => String::new(),
         };
+        if source.layer == crate::config::source::Layer::Default {
+            let _ = writeln!(out, "# default layer: built into lazaret (trusted)");
+            continue;
+        }
         let _ = writeln!(
             out,
             "# {} file: {}{trust}",

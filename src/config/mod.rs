@@ -622,7 +622,7 @@ impl Config {
     pub fn load(opts: &LoadOptions, env: &dyn HostEnv) -> Result<Config, ConfigError> {
         // The configuration without the workspace file: an untrusted one
         // must allow no more than this.
-        let mut base = Merged::default();
+        let mut base = Merged::with_defaults();
         if let Some(user) = &opts.user_file
             && user.exists()
         {
@@ -631,7 +631,7 @@ impl Config {
         if let Some(explicit) = &opts.explicit_file {
             base.add_file(Layer::CommandLine, explicit)?;
         }
-        let mut merged = Merged::default();
+        let mut merged = Merged::with_defaults();
         let mut workspace_trust = None;
         let mut skipped_workspace = None;
         for (layer, path, required) in [
@@ -814,12 +814,28 @@ impl Config {
     }
 
     /// The profile a command should use: the one named, else
-    /// `default_profile`, else the only one defined.
+    /// `default_profile`, else the only one a configuration file defines,
+    /// else (no file defines one) the built-in `shell`.
     pub fn select_profile(&self, name: Option<&str>) -> Result<&ProfileConfig, SelectError> {
         let known = || self.profiles.keys().cloned().collect::<Vec<_>>().join(", ");
+        // Profiles a file defines or changes: the built-in one alone does
+        // not make a user's single profile ambiguous.
+        let from_files: Vec<&str> = self
+            .profiles
+            .keys()
+            .filter(|n| {
+                let prefix = format!("profiles.{n}");
+                self.merged.origins.iter().any(|(k, loc)| {
+                    (k == &prefix || k.starts_with(&format!("{prefix}.")))
+                        && loc.file != Path::new(source::DEFAULT_NAME)
+                })
+            })
+            .map(String::as_str)
+            .collect();
         let name = match name.or(self.default_profile.as_deref()) {
             Some(n) => n,
-            None if self.profiles.len() == 1 => self
+            None if from_files.len() == 1 => from_files[0],
+            None if from_files.is_empty() && self.profiles.len() == 1 => self
                 .profiles
                 .keys()
                 .next()
@@ -1171,12 +1187,13 @@ impl Validator<'_> {
                 .merged
                 .sources
                 .iter()
+                .filter(|s| s.layer != Layer::Default)
                 .map(|s| s.path.display().to_string())
                 .collect();
             self.problem(
                 key,
                 if read.is_empty() {
-                    "is required, and no configuration file was found; create ~/.config/lazaret/config.toml (start from example.toml)".into()
+                    "is required, and no configuration file was found; run `lazaret init` to write ~/.config/lazaret/config.toml".into()
                 } else {
                     format!("is required but not set in {}", read.join(", "))
                 },

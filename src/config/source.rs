@@ -16,9 +16,16 @@ use toml::de::{DeTable, DeValue};
 use super::ConfigError;
 use super::schema::Schema;
 
+/// The built-in defaults, compiled in.
+pub const DEFAULT_TOML: &str = include_str!("../../assets/default.toml");
+/// How messages and `config show` name the built-in defaults.
+pub const DEFAULT_NAME: &str = "<built-in defaults>";
+
 /// Where a configuration file sits in the hierarchy (spec §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Layer {
+    /// Built into the binary (`assets/default.toml`); always trusted.
+    Default,
     /// `~/.config/lazaret/config.toml`
     User,
     /// `./lazaret.toml`
@@ -30,6 +37,7 @@ pub enum Layer {
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Layer::Default => "default",
             Layer::User => "user",
             Layer::Workspace => "workspace",
             Layer::CommandLine => "--config",
@@ -119,6 +127,17 @@ impl Merged {
             path: path.to_path_buf(),
         });
         Ok(())
+    }
+
+    /// A tree holding only the built-in defaults (the `default` layer), so
+    /// Lazaret works with no configuration file; every file read after it
+    /// overrides it per key.
+    pub fn with_defaults() -> Self {
+        let mut merged = Merged::default();
+        merged
+            .add_text(Layer::Default, Path::new(DEFAULT_NAME), DEFAULT_TOML)
+            .expect("the built-in defaults (assets/default.toml) are valid");
+        merged
     }
 
     /// The typed view of the merged tree.

@@ -198,6 +198,8 @@ pub fn run(
         None => crate::cli::current_dir()?,
     };
     let launch = launcher.launch(profile, &workspace)?;
+    // What is known now is said now, not after the sandbox fails to boot.
+    crate::cli::preboot(&launcher.config, &launch.profile, env)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
