@@ -460,3 +460,34 @@ fn a_killed_coordinator_is_replaced_under_two_tabs() {
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
+
+/// A flood of one request from one session is one modal with a count, and
+/// one decision answers every copy (issue 13): three identical requests
+/// show once as "×3", a denial reaches all three requesters, the audit has
+/// three denials, and no second modal follows.
+#[test]
+fn identical_requests_are_one_modal_with_a_count() {
+    let d = Domain::new("rc");
+    let t = start_ui(&d, 160, 45);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let canary = d.s.path().join("flood-canary");
+    t.line(&format!(
+        "clear; for i in 1 2 3; do {ESC} --justify flood-same -- mkdir {} & done 2>/dev/null; wait; echo F-DONE",
+        canary.display()
+    ));
+    let s = t.wait_for(30, "one modal counting three", |s| {
+        modal_with(s, "flood-same") && s.contains("×3 identical")
+    });
+    assert!(s.contains("one decision answers all"), "{s}");
+    t.send(&["d"]);
+    t.send(&["-l", "not three"]);
+    t.send(&["Enter"]);
+    t.wait_for(30, "every requester answered", |s| s.contains("F-DONE"));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(
+        !t.screen().contains("Host escalation request"),
+        "a copy opened its own modal"
+    );
+    assert!(!canary.exists(), "a denied copy ran");
+    assert_eq!(decisions(&d), vec!["denied", "denied", "denied"]);
+}

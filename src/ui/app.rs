@@ -102,6 +102,8 @@ struct Seen {
     arrived: Instant,
     command: String,
     status: EscalationStatus,
+    /// Identical later requests of the same session, answered with this one.
+    copies: usize,
 }
 
 pub struct App {
@@ -552,8 +554,11 @@ impl App {
                 if let Some(t) = self.tab_mut(id) {
                     let title = t.title.clone();
                     // Its prompts died with it (their requesters were told).
-                    let gone: Vec<String> =
-                        t.prompts.drain(..).map(|p| p.prompt.request_id).collect();
+                    let gone: Vec<String> = t
+                        .prompts
+                        .drain(..)
+                        .flat_map(|p| p.ids().cloned().collect::<Vec<_>>())
+                        .collect();
                     for r in gone {
                         self.set_status(
                             &r,
@@ -623,12 +628,22 @@ impl App {
         match msg {
             CoordMsg::Prompt { prompt } => {
                 let title = tab.title.clone();
+                if let Some(p) = tab.prompts.iter_mut().find(|p| p.is_identical(&prompt)) {
+                    // Shown once, with a count: one decision answers all.
+                    let first = p.prompt.request_id.clone();
+                    p.add_copy(prompt.request_id);
+                    if let Some(s) = self.seen.iter_mut().find(|s| s.id == first) {
+                        s.copies += 1;
+                    }
+                    return;
+                }
                 self.seen.push(Seen {
                     id: prompt.request_id.clone(),
                     tab: title,
                     arrived: Instant::now(),
                     command: prompt.command.clone(),
                     status: EscalationStatus::Pending,
+                    copies: 0,
                 });
                 tab.prompts.push_back(Pending::new(prompt, &tab.title));
                 if focused != Some(id) {
@@ -659,10 +674,17 @@ impl App {
             }
             CoordMsg::Withdrawn { request_id, reason } => {
                 // Off the modal and the queue, with a note that stays.
-                let before = tab.prompts.len();
-                tab.prompts.retain(|p| p.prompt.request_id != request_id);
+                let mut found = false;
+                tab.prompts.retain_mut(|p| {
+                    if p.ids().any(|i| *i == request_id) {
+                        found = true;
+                        p.withdraw(&request_id)
+                    } else {
+                        true
+                    }
+                });
                 let title = tab.title.clone();
-                if tab.prompts.len() != before {
+                if found {
                     self.message = Some(format!(
                         "tab {title}: request {request_id} withdrawn ({reason}); nothing runs"
                     ));
@@ -1052,11 +1074,15 @@ impl App {
             }
         };
         let request_id = p.prompt.request_id.clone();
+        let answered: Vec<String> = p.ids().cloned().collect();
         tab.prompts.pop_front();
-        tab.send(ClientMsg::Decision {
-            request_id: request_id.clone(),
-            verdict: verdict.clone(),
-        });
+        // One decision answers the identical copies too.
+        for id in answered {
+            tab.send(ClientMsg::Decision {
+                request_id: id,
+                verdict: verdict.clone(),
+            });
+        }
         let status = match &verdict {
             Verdict::Approve | Verdict::Edit { .. } => EscalationStatus::Running,
             Verdict::Deny { reason } => EscalationStatus::Denied {
@@ -1265,7 +1291,10 @@ impl App {
                 id: s.id.clone(),
                 tab: s.tab.clone(),
                 age: s.arrived.elapsed(),
-                command: s.command.clone(),
+                command: match s.copies {
+                    0 => s.command.clone(),
+                    n => format!("{}  (×{})", s.command, n + 1),
+                },
                 status: s.status.clone(),
             })
             .collect();

@@ -141,6 +141,11 @@ pub struct Pending {
     /// When the modal was last put in front of the human (keys are held
     /// for a moment after that).
     pub opened: Option<Instant>,
+    /// Ids of later requests identical to this one (same session, command,
+    /// directory): shown once, with their count; one decision answers all.
+    pub copies: Vec<String>,
+    /// The note without the count.
+    note: String,
 }
 
 impl Pending {
@@ -149,16 +154,17 @@ impl Pending {
     /// session's credential signed it (threat-model.md).
     pub fn new(prompt: Prompt, tab: &str) -> Self {
         let short: String = prompt.session_id.chars().take(8).collect();
+        let note = format!(
+            "signed as tab {tab} (session {short}, a human here) · in {} · {}",
+            prompt.cwd, prompt.reason
+        );
         let request = ApprovalRequest {
             id: prompt.request_id.clone(),
             profile: prompt.profile.clone(),
             justification: prompt.justification.clone(),
             command: prompt.command.clone(),
             via_shell: prompt.via_shell,
-            note: Some(format!(
-                "signed as tab {tab} (session {short}, a human here) · in {} · {}",
-                prompt.cwd, prompt.reason
-            )),
+            note: Some(note.clone()),
         };
         Pending {
             prompt,
@@ -166,7 +172,58 @@ impl Pending {
             view: ApprovalView::new(),
             mode: ModalMode::Reading,
             opened: None,
+            copies: Vec::new(),
+            note,
         }
+    }
+
+    /// Whether `other` asks exactly what this prompt asks, from the same
+    /// session (a flood of one request is one decision, issue 13).
+    pub fn is_identical(&self, other: &Prompt) -> bool {
+        let p = &self.prompt;
+        p.session_id == other.session_id
+            && p.command == other.command
+            && p.cwd == other.cwd
+            && p.via_shell == other.via_shell
+    }
+
+    /// Every request id this entry answers: its own, then its copies.
+    pub fn ids(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.prompt.request_id).chain(&self.copies)
+    }
+
+    pub fn add_copy(&mut self, request_id: String) {
+        self.copies.push(request_id);
+        self.refresh_note();
+    }
+
+    /// Takes `request_id` (withdrawn by its requester) off this entry;
+    /// `false` when nothing of the entry is left. A withdrawn first request
+    /// hands the modal to its next copy.
+    pub fn withdraw(&mut self, request_id: &str) -> bool {
+        if let Some(i) = self.copies.iter().position(|c| c == request_id) {
+            self.copies.remove(i);
+        } else if self.prompt.request_id == request_id {
+            if self.copies.is_empty() {
+                return false;
+            }
+            let next = self.copies.remove(0);
+            self.prompt.request_id = next.clone();
+            self.request.id = next;
+        }
+        self.refresh_note();
+        true
+    }
+
+    fn refresh_note(&mut self) {
+        self.request.note = Some(match self.copies.len() {
+            0 => self.note.clone(),
+            n => format!(
+                "×{} identical requests from this session: one decision answers all · {}",
+                n + 1,
+                self.note
+            ),
+        });
     }
 }
 
