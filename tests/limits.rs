@@ -39,17 +39,8 @@ fn wait_up(d: &Domain) {
 }
 
 fn status_of(d: &Domain) -> serde_json::Value {
-    let out = d
-        .cmd_raw(STANDARD_PATH, &["status", "--json"])
-        .output()
-        .unwrap();
-    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["hash"] == d.hash.as_str())
-        .cloned()
-        .unwrap_or_else(|| panic!("status lacks the domain: {all}"))
+    d.status()
+        .unwrap_or_else(|| panic!("status lacks the domain {}", d.hash))
 }
 
 fn audit_kinds(d: &Domain) -> Vec<String> {

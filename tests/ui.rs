@@ -384,17 +384,7 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
 }
 
 fn status_of(d: &Domain) -> serde_json::Value {
-    let out = d
-        .cmd_raw(common::STANDARD_PATH, &["status", "--json"])
-        .output()
-        .unwrap();
-    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["hash"] == d.hash.as_str())
-        .cloned()
-        .unwrap_or(serde_json::Value::Null)
+    d.status().unwrap_or(serde_json::Value::Null)
 }
 
 /// A long day (issue 14): the Session Coordinator is killed (SIGKILL)

@@ -17,16 +17,7 @@ fn mode(p: &std::path::Path) -> u32 {
 
 /// This domain's entry in `lazaret status --json`, if any.
 fn status_of(d: &Domain) -> Option<serde_json::Value> {
-    let out = d
-        .cmd_raw(STANDARD_PATH, &["status", "--json"])
-        .output()
-        .unwrap();
-    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["hash"] == d.hash.as_str())
-        .cloned()
+    d.status()
 }
 
 /// Processes whose command line names one of `ids` (the runtime's).

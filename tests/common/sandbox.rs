@@ -172,6 +172,27 @@ workspace_mode = "direct"
         self.cmd_raw_env(path_var, &[], args)
     }
 
+    /// This domain's entry in `lazaret status --json` (run with `env`), if
+    /// it is listed.
+    pub fn status_with(&self, env: &[(&str, &str)]) -> Option<serde_json::Value> {
+        let out = self
+            .cmd_raw_env(super::STANDARD_PATH, env, &["status", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", super::text(&out).1);
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["hash"] == self.hash.as_str())
+            .cloned()
+    }
+
+    /// [`Domain::status_with`] in the tests' own environment.
+    pub fn status(&self) -> Option<serde_json::Value> {
+        self.status_with(&[])
+    }
+
     /// [`Domain::cmd_raw`] with `extra` environment variables for Lazaret.
     pub fn cmd_raw_env(
         &self,
