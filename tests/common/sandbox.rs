@@ -176,10 +176,10 @@ workspace_mode = "direct"
     /// it is listed.
     pub fn status_with(&self, env: &[(&str, &str)]) -> Option<serde_json::Value> {
         let out = self
-            .cmd_raw_env(super::STANDARD_PATH, env, &["status", "--json"])
+            .cmd_raw_env(STANDARD_PATH, env, &["status", "--json"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", super::text(&out).1);
+        assert!(out.status.success(), "{}", text(&out).1);
         let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         all.as_array()
             .unwrap()
