@@ -154,7 +154,10 @@ fn config_show_names_the_origin_of_each_value() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("command = \"claude\"  # {}:", user.display())),
+        stdout.contains(&format!(
+            "command = \"claude --dangerously-skip-permissions\"  # {}:",
+            user.display()
+        )),
         "{stdout}"
     );
     assert!(

@@ -162,7 +162,7 @@ fn domain_command_prints_every_derived_path() {
     assert!(!out.status.success());
     assert!(
         stderr.contains(
-            "several profiles are defined (claude, codex); name one, or set default_profile"
+            "several profiles are defined (claude, codex, shell); name one, or set default_profile"
         ),
         "{stderr}"
     );

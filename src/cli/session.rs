@@ -355,7 +355,7 @@ fn run_in_sandbox(
                     // and counts this session.
                     Err(_) => {
                         let hello = session.hello(purpose, has_human);
-                        match client::connect(&ctx, &hello, true, &mut |_| {}).await {
+                        match client::reconnect(&ctx, &hello).await {
                             Ok(c) => {
                                 client = c;
                                 eprint!("\r\nlazaret: the Session Coordinator died; reconnected to a new one (same session)\r\n");

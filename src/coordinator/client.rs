@@ -216,6 +216,23 @@ pub async fn open_socket(ctx: &DomainContext, start: bool) -> Result<UnixStream,
 
 /// Connects as `hello`, starting the domain if needed; `progress` sees the
 /// boot steps. Returns once the domain is up.
+/// [`connect`] after the coordinator died under a running session: the
+/// new coordinator adopts the running domain, which on a loaded host can
+/// outlast one connect's wait, and sessions of one UI race to start it.
+/// A few tries before the session gives up on its domain.
+pub async fn reconnect(ctx: &DomainContext, hello: &Hello) -> Result<Client, ClientError> {
+    let mut tries = 0;
+    loop {
+        match connect(ctx, hello, true, &mut |_| {}).await {
+            Err(_) if tries < 2 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 pub async fn connect(
     ctx: &DomainContext,
     hello: &Hello,

@@ -568,7 +568,7 @@ async fn control(
         // reconnect as the same session, starting a new coordinator if
         // none is there; it adopts the running domain and counts us.
         let hello = session.hello(launch.purpose, true);
-        match client::connect(&launch.ctx, &hello, true, &mut |_| {}).await {
+        match client::reconnect(&launch.ctx, &hello).await {
             Ok(c) => {
                 stream = c.stream;
                 if tx.send(Ev::Reconnected(id)).is_err() {
