@@ -5,6 +5,7 @@
 //! named after the specification's glossary.
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod coordinator;
 pub mod doctor;

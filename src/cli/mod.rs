@@ -1,9 +1,7 @@
 //! The `lazaret` command line. Each subcommand is a thin layer over the
 //! library; errors carry context saying what failed and what to do.
 
-mod prompt;
 pub(crate) mod session;
-pub(crate) mod terminal;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+use crate::client::{current_dir, load, load_with};
 use crate::config::{Config, HostVars, LoadOptions};
 use crate::domain::DomainPaths;
 use crate::engine::Engine;
@@ -365,10 +364,7 @@ enum ConfigCommand {
 pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     let env = SystemEnv;
-    ALLOW_BROAD_WORKSPACE.store(
-        cli.allow_broad_workspace,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    crate::config::set_allow_broad_workspace(cli.allow_broad_workspace);
     if cli.allow_degraded {
         crate::engine::selftest::set_allow_degraded();
     }
@@ -433,7 +429,7 @@ pub fn run() -> Result<ExitCode> {
             workspace,
             prefix,
         } => crate::ui::run(
-            crate::ui::Mode::Workbench,
+            crate::client::Mode::Workbench,
             &cli.config,
             &env,
             profile.as_deref(),
@@ -570,45 +566,6 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-pub(crate) fn current_dir() -> Result<PathBuf> {
-    std::env::current_dir().context("cannot read the current folder (was it deleted?)")
-}
-
-/// `--allow-broad-workspace`, for every load of this process.
-static ALLOW_BROAD_WORKSPACE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// Whether the user passed `--allow-broad-workspace` (a coordinator this
-/// process starts gets it too).
-pub(crate) fn allow_broad_workspace() -> bool {
-    ALLOW_BROAD_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-pub(crate) fn load(explicit: Option<PathBuf>, env: &dyn HostEnv) -> Result<Config> {
-    load_with(explicit, env, false)
-}
-
-/// Like [`load`]; with `skip_untrusted`, an untrusted workspace file that
-/// widens is left out with a warning instead of refused (teardown).
-pub(crate) fn load_with(
-    explicit: Option<PathBuf>,
-    env: &dyn HostEnv,
-    skip_untrusted: bool,
-) -> Result<Config> {
-    let cwd = current_dir()?;
-    let mut opts = LoadOptions::standard(env, &cwd, explicit);
-    opts.skip_untrusted_workspace = skip_untrusted;
-    let mut config = Config::load(&opts, env)?;
-    config.allow_broad_workspace = allow_broad_workspace();
-    if let Some(file) = &config.skipped_workspace {
-        eprintln!(
-            "lazaret: warning: left out {}: it is not trusted and widens the sandbox (`lazaret config check` says how)",
-            file.display()
-        );
-    }
-    Ok(config)
 }
 
 /// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
@@ -1211,78 +1168,6 @@ fn image_list() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Checks what can fail a start before anything boots: host variables the
-/// profile forwards, and its image (the base image is built, with progress,
-/// when missing; any other local image must exist).
-pub(crate) fn preboot(config: &Config, profile: &str, env: &dyn HostEnv) -> Result<()> {
-    let Some(p) = config.profiles.get(profile) else {
-        return Ok(());
-    };
-    let unset = p.unset_host_vars(env);
-    if !unset.is_empty() {
-        bail!(
-            "profile {profile} forwards {}, not set here; export {} (or remove it from the profile's env) and try again",
-            unset
-                .iter()
-                .map(|v| format!("${v}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            unset.join(", ")
-        );
-    }
-    let podman = Podman::default();
-    if podman.image_exists(&p.image).unwrap_or(true) {
-        return Ok(());
-    }
-    let release = p
-        .image
-        .strip_prefix(images::BASE_REPOSITORY)
-        .and_then(|r| r.strip_prefix('/'))
-        .and_then(|r| r.strip_suffix(":latest"))
-        .filter(|r| !r.contains('/'));
-    let Some(release) = release else {
-        if let Some(agent) = p
-            .image
-            .strip_prefix("localhost/lazaret/agent-")
-            .and_then(|a| a.split(':').next())
-        {
-            bail!(
-                "profile {profile}: image {} does not exist; build it with `lazaret image build --agent {agent}`",
-                p.image
-            );
-        }
-        if p.image.starts_with("localhost/") {
-            bail!(
-                "profile {profile}: image {} does not exist; build it first (`podman images` lists what exists)",
-                p.image
-            );
-        }
-        // A registry image: the engine pulls it at start.
-        return Ok(());
-    };
-    eprintln!(
-        "{} is missing: building it now (first use, about a minute)",
-        p.image
-    );
-    let req = BaseImageRequest {
-        release: release.to_string(),
-        mirror: "http://deb.debian.org/debian".into(),
-        include: Vec::new(),
-        tag: None,
-    };
-    let started = std::time::Instant::now();
-    build_base_image(&podman, &req, &config.data_root.join("tmp"), &mut |line| {
-        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
-    })
-    .with_context(|| {
-        format!(
-            "cannot build {}; try `lazaret image build --release {release}` to see why",
-            p.image
-        )
-    })?;
-    Ok(())
-}
-
 fn image_build(
     explicit: Option<PathBuf>,
     env: &dyn HostEnv,
@@ -1332,7 +1217,7 @@ fn image_prune(
     repositories: &[String],
 ) -> Result<ExitCode> {
     use crate::engine::images;
-    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
+    let config = crate::client::Launcher::new(crate::client::Mode::Shell, explicit, env)?.config;
     let podman = Podman::default();
     let mut keep: Vec<String> = config.profiles.values().map(|p| p.image.clone()).collect();
     // The sidecar image of this build (its tag is the helper's digest).

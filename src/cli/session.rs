@@ -1,480 +1,23 @@
-//! Commands that go through the Session Coordinator: shell, exec, status,
-//! down, audit, and the hidden `coordinator` entry point itself.
+//! Commands about sessions and domains: `shell`, `exec` (both run through
+//! the Client Session), `status`, `down`, `domains`, `logs`, `audit`, and
+//! the hidden `coordinator` entry point itself.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use lazaret_widgets::visible::visible;
 
+use crate::client::context;
+use crate::client::session::{query, run_in_sandbox, runtime, shell_argv, sockets};
 use crate::config::{Config, HostVars, ResolvedProfile};
-use crate::coordinator::client::{self, ClientError, DomainContext, Hello};
-use crate::coordinator::escalation::Verdict;
-use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, PROTOCOL_VERSION, read_frame, write_frame,
-};
+use crate::coordinator::client::DomainContext;
+use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus};
 use crate::coordinator::store::{Store, Verification};
 use crate::engine::Engine;
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
-use lazaret_escalate::signing::SessionKey;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use tokio::signal::unix::{SignalKind, signal};
-
-use super::terminal::OutputFilter;
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-/// The domain of `profile` and `workspace` (default: the current folder).
-pub(crate) fn context(
-    explicit: &Option<PathBuf>,
-    env: &dyn HostEnv,
-    profile: Option<&str>,
-    workspace: Option<&Path>,
-) -> Result<(Config, DomainContext, RuntimeDir)> {
-    let launcher = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?;
-    let workspace = match workspace {
-        Some(p) => p.to_path_buf(),
-        None => super::current_dir()?,
-    };
-    let ctx = launcher.context(profile, &workspace)?;
-    Ok((launcher.config, ctx, launcher.rundir))
-}
-
-fn announce(domain: &DomainStatus) {
-    if let Some(failed) = &domain.degraded {
-        eprintln!(
-            "lazaret: !! sandbox {} is DEGRADED (started with --allow-degraded): its self-test failed: {}",
-            domain.sandbox,
-            lazaret_widgets::visible::make_visible(failed).0
-        );
-    }
-    for gap in &domain.limit_gaps {
-        eprintln!("lazaret: {gap}");
-    }
-    if !domain.gvisor {
-        eprintln!(
-            "lazaret: !! sandbox {} runs under {}: NOT gVisor-isolated, the agent shares the host kernel",
-            domain.sandbox, domain.runtime
-        );
-    }
-}
-
-/// A Client Session's identity: its id and its Session Anchor key, whose
-/// private half never leaves this process; each exec gets a delegated,
-/// expiring credential (decisions.md D4). Shared by `lazaret shell`/`exec`
-/// and every tab of `lazaret ui`.
-pub(crate) struct SessionAnchor {
-    pub(crate) id: String,
-    key: Arc<SessionKey>,
-}
-
-impl std::fmt::Debug for SessionAnchor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionAnchor")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SessionAnchor {
-    pub(crate) fn new() -> Result<Self> {
-        Ok(SessionAnchor {
-            id: uuid::Uuid::new_v4().to_string(),
-            key: Arc::new(SessionKey::generate().context("cannot create the Session Anchor key")?),
-        })
-    }
-
-    /// The handshake of this session.
-    pub(crate) fn hello(&self, purpose: &str, interactive: bool) -> Hello {
-        Hello {
-            session_id: Some(self.id.clone()),
-            session_key: Some(hex(self.key.public_key().as_bytes())),
-            purpose: purpose.into(),
-            interactive,
-        }
-    }
-
-    /// Publishes this session's delegated credential in the domain's
-    /// certs folder (memory-backed, read-only in the sandbox), where the
-    /// escalation client reads it for every request; renewed at half its
-    /// lifetime while the returned guard lives, removed when it drops. The
-    /// credential never travels in podman's arguments, environment or
-    /// saved container state (decisions.md D4).
-    pub(crate) fn publish_credential(&self, certs_dir: &Path) -> Result<CredentialFile> {
-        let path = certs_dir.join(lazaret_escalate::signing::credential_file_name(&self.id));
-        let write = {
-            let (key, id, path) = (Arc::clone(&self.key), self.id.clone(), path.clone());
-            move || -> Result<()> {
-                use std::os::unix::fs::OpenOptionsExt;
-                let lifetime = credential_lifetime();
-                let expires = lazaret_escalate::signing::unix_now() + lifetime.as_secs();
-                let credential = key
-                    .delegate(&id, expires)
-                    .context("cannot delegate the session credential")?;
-                // Written aside and renamed: a reader never sees half of it.
-                let tmp = path.with_extension("new");
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .with_context(|| format!("cannot write {}", tmp.display()))?;
-                f.write_all(credential.to_env_value().as_bytes())?;
-                std::fs::rename(&tmp, &path)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                Ok(())
-            }
-        };
-        write()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            use std::sync::atomic::Ordering;
-            loop {
-                let until = Instant::now() + credential_lifetime() / 2;
-                while Instant::now() < until {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                if flag.load(Ordering::Relaxed) {
-                    return;
-                }
-                if let Err(e) = write() {
-                    eprintln!("lazaret: cannot renew the session credential: {e:#}");
-                }
-            }
-        });
-        Ok(CredentialFile { path, stop })
-    }
-
-    /// The `podman` command that runs `argv` in `sandbox` as this session:
-    /// its id (the credential itself is in the file
-    /// [`publish_credential`](Self::publish_credential) keeps), the guide,
-    /// and TERM.
-    pub(crate) fn exec_args(
-        &self,
-        sandbox: &str,
-        tty: bool,
-        term: Option<&str>,
-        argv: &[String],
-    ) -> Result<ExecSpec> {
-        let mut args = vec!["exec".to_string(), "--interactive".to_string()];
-        if tty {
-            args.push("--tty".into());
-        }
-        let env = Vec::new();
-        args.push("--env".into());
-        args.push(format!("{}={}", lazaret_escalate::env::SESSION_ID, self.id));
-        args.push("--env".into());
-        args.push(format!(
-            "{}={}",
-            lazaret_escalate::env::GUIDE,
-            lazaret_escalate::GUIDE_PATH
-        ));
-        if let Some(term) = term {
-            args.push("--env".into());
-            args.push(format!("TERM={term}"));
-        }
-        args.push(sandbox.to_string());
-        // Every session process under Lazaret's seccomp rules: runsc
-        // applies the container's profile to its first process only
-        // (decisions.md D8, `lazaret_escalate::confine`).
-        args.push(lazaret_escalate::BINARY_PATH.into());
-        args.push(lazaret_escalate::confine::FLAG.into());
-        args.push("--".into());
-        args.extend(argv.iter().cloned());
-        Ok(ExecSpec { args, env })
-    }
-}
-
-/// A session's published credential: renewed while it lives, removed (and
-/// renewal stopped) when dropped.
-pub(crate) struct CredentialFile {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for CredentialFile {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A `podman exec` of a session: its arguments, and environment variables
-/// for podman itself that `--env NAME` arguments forward.
-#[derive(Clone)]
-pub(crate) struct ExecSpec {
-    pub(crate) args: Vec<String>,
-    pub(crate) env: Vec<(String, String)>,
-}
-
-impl std::fmt::Debug for ExecSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecSpec")
-            .field("args", &self.args)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Runs `argv` in the sandbox through `podman exec`, as one Client Session.
-///
-/// Whatever of the exec's stdout and stderr is a terminal is read here and
-/// passed through [`OutputFilter`] (decisions.md D10); a pipe or file gets
-/// the bytes as they are. An exec (not `--tty`) never reads a terminal: its
-/// stdin is then empty, so no key meant for a prompt reaches the sandbox.
-fn run_in_sandbox(
-    explicit: &Option<PathBuf>,
-    env: &dyn HostEnv,
-    profile: Option<&str>,
-    workspace: Option<&Path>,
-    argv: &[String],
-    interactive: bool,
-    purpose: &str,
-) -> Result<ExitCode> {
-    let (_, ctx, _) = context(explicit, env, profile, workspace)?;
-    let session = SessionAnchor::new()?;
-    let stdin_tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
-    let out_tty = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
-    let err_tty = nix::unistd::isatty(std::io::stderr()).unwrap_or(false);
-    let tty = interactive && stdin_tty;
-    let has_human = super::prompt::open_tty().is_some();
-    let rt = runtime()?;
-    let started = Instant::now();
-    let mut client = rt
-        .block_on(client::connect(
-            &ctx,
-            &session.hello(purpose, has_human),
-            true,
-            &mut |step| {
-                eprintln!(
-                    "lazaret: [{:>4.1}s] {step}",
-                    started.elapsed().as_secs_f64()
-                );
-            },
-        ))
-        .with_context(|| format!("cannot reach domain {}", ctx.anchor.hash()))?;
-    announce(&client.domain);
-    // From here on a signal that ends Lazaret also ends a prompt (as a
-    // denial) and the exec, and the terminal is restored (until here the
-    // default action ends Lazaret at once, before anything ran).
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [SIGTERM, SIGHUP, SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("cannot install the signal handlers")?;
-    }
-    let _credential = session.publish_credential(&ctx.certs_dir)?;
-    let mut cmd = tokio::process::Command::new("podman");
-    let spec = session.exec_args(
-        &client.domain.sandbox,
-        tty,
-        env.var("TERM").as_deref(),
-        argv,
-    )?;
-    cmd.args(&spec.args)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)));
-    if stdin_tty && !tty {
-        cmd.stdin(Stdio::null());
-    }
-    if out_tty {
-        cmd.stdout(Stdio::piped());
-    }
-    if err_tty {
-        cmd.stderr(Stdio::piped());
-    }
-    let guard = (out_tty || err_tty).then(TerminalGuard::new);
-    let outcome = rt.block_on(async {
-        let mut child = cmd.spawn().context("cannot run podman exec")?;
-        let mut out = child.stdout.take();
-        let mut err = child.stderr.take();
-        let (mut out_filter, mut err_filter) = (OutputFilter::default(), OutputFilter::default());
-        let (mut out_buf, mut err_buf) = (vec![0u8; 16384], vec![0u8; 16384]);
-        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-        let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
-        let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-        let mut status = None;
-        // After the exec ends, what it wrote last is still read, briefly.
-        let mut drain_until = None;
-        let mut listening = true;
-        loop {
-            if let Some(s) = status
-                && out.is_none()
-                && err.is_none()
-            {
-                return Ok(Ended::Exited(s));
-            }
-            // While a prompt is up this task does not read the pipes: the
-            // sandbox's output waits there and shows after the answer.
-            tokio::select! {
-                s = child.wait(), if status.is_none() => {
-                    status = Some(s.context("podman exec failed")?);
-                    drain_until = Some(tokio::time::Instant::now() + Duration::from_secs(2));
-                }
-                _ = sleep_until_opt(drain_until) => return Ok(Ended::Exited(status.unwrap_or_default())),
-                n = read_some(&mut out, &mut out_buf) => match n {
-                    Ok(n) if n > 0 => pass(&mut std::io::stdout(), &out_filter.filter(&out_buf[..n])),
-                    _ => out = None,
-                },
-                n = read_some(&mut err, &mut err_buf) => match n {
-                    Ok(n) if n > 0 => pass(&mut std::io::stderr(), &err_filter.filter(&err_buf[..n])),
-                    _ => err = None,
-                },
-                _ = term.recv() => return Ok(Ended::Signal(child, SIGTERM)),
-                _ = hup.recv() => return Ok(Ended::Signal(child, SIGHUP)),
-                _ = int.recv() => return Ok(Ended::Signal(child, SIGINT)),
-                msg = read_frame::<_, CoordMsg>(&mut client.stream), if listening => match msg {
-                    Ok(CoordMsg::Prompt { prompt }) => {
-                        let verdict = match super::prompt::open_tty() {
-                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }, &stop),
-                            None => Verdict::Deny { reason: Some("no terminal to ask on".into()) },
-                        };
-                        let abort = verdict == Verdict::Abort;
-                        let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
-                        if abort {
-                            let _ = child.kill().await;
-                        }
-                    }
-                    // The domain is going down: the sandbox ends, and with
-                    // it this exec.
-                    Ok(CoordMsg::ShuttingDown) => listening = false,
-                    // The coordinator died (the sandbox lives on): attach as
-                    // the same session to a new one, which adopts the domain
-                    // and counts this session.
-                    Err(_) => {
-                        let hello = session.hello(purpose, has_human);
-                        match client::reconnect(&ctx, &hello).await {
-                            Ok(c) => {
-                                client = c;
-                                eprint!("\r\nlazaret: the Session Coordinator died; reconnected to a new one (same session)\r\n");
-                            }
-                            Err(e) => {
-                                eprint!("\r\nlazaret: the Session Coordinator died and none could take over: {e}\r\n");
-                                listening = false;
-                            }
-                        }
-                    }
-                    Ok(_) => {}
-                },
-            }
-        }
-    });
-    let code = match outcome {
-        Ok(Ended::Exited(status)) => Ok(exit_code(status)),
-        Ok(Ended::Signal(mut child, sig)) => {
-            // The exec ends with Lazaret; its exit code says which signal.
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            rt.block_on(async {
-                if tokio::time::timeout(Duration::from_secs(5), child.wait())
-                    .await
-                    .is_err()
-                {
-                    let _ = child.kill().await;
-                }
-            });
-            eprintln!("lazaret: stopped by signal {sig}; the exec in the sandbox was ended");
-            Ok(ExitCode::from(128 + sig as u8))
-        }
-        Err(e) => Err(e),
-    };
-    drop(guard);
-    // Closing the connection ends the session; the last one tears down.
-    drop(client);
-    drop(rt);
-    code
-}
-
-/// How a plain session's exec ended.
-enum Ended {
-    Exited(std::process::ExitStatus),
-    Signal(tokio::process::Child, i32),
-}
-
-/// Reads what `r` has, or waits forever once it is closed (`None`).
-async fn read_some(
-    r: &mut Option<impl tokio::io::AsyncRead + Unpin>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
-    use tokio::io::AsyncReadExt;
-    match r {
-        Some(r) => r.read(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Writes filtered output to the terminal.
-fn pass(w: &mut impl Write, bytes: &[u8]) {
-    let _ = w.write_all(bytes);
-    let _ = w.flush();
-}
-
-/// While a plain session writes to a terminal: on the way out (also after a
-/// signal) its modes are reset and input the terminal holds is thrown away,
-/// so nothing left over is read by the user's shell.
-struct TerminalGuard;
-
-impl TerminalGuard {
-    fn new() -> Self {
-        TerminalGuard
-    }
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        if let Some(mut tty) = super::prompt::open_tty() {
-            let _ = tty.write_all(super::terminal::RESET_MODES.as_bytes());
-            let _ = tty.flush();
-            super::terminal::flush_input(&tty);
-        }
-    }
-}
-
-/// How long a session's delegated credential is valid (it is renewed at
-/// half of it); `LAZARET_CREDENTIAL_LIFETIME_SECS` shortens it for tests.
-fn credential_lifetime() -> Duration {
-    std::env::var("LAZARET_CREDENTIAL_LIFETIME_SECS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&s| s >= 2)
-        .map_or(Duration::from_secs(12 * 3600), Duration::from_secs)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    crate::coordinator::store::hex(bytes)
-}
-
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-        _ => ExitCode::FAILURE,
-    }
-}
 
 /// `lazaret shell`: on a terminal, the workbench's pane engine with one
 /// pane; otherwise (stdin or stdout redirected) a plain `podman exec`.
@@ -489,7 +32,7 @@ pub fn shell(
         && nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
     if terminal {
         return crate::ui::run(
-            crate::ui::Mode::Shell,
+            crate::client::Mode::Shell,
             explicit,
             env,
             profile,
@@ -508,11 +51,6 @@ pub fn shell(
     )
 }
 
-/// What `lazaret shell` runs in the sandbox.
-pub(crate) fn shell_argv() -> Vec<String> {
-    vec!["/bin/bash".to_string(), "-l".to_string()]
-}
-
 pub fn exec(
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
@@ -524,59 +62,6 @@ pub fn exec(
         bail!("nothing to run: give a command after `--`, e.g. lazaret exec -- make test");
     }
     run_in_sandbox(explicit, env, profile, workspace, argv, false, "exec")
-}
-
-/// A query-only connection to a socket (never starts anything).
-pub(crate) async fn query(socket: &Path) -> Result<client::Client, ClientError> {
-    let mut stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
-    write_frame(
-        &mut stream,
-        &ClientMsg::Hello {
-            version: PROTOCOL_VERSION,
-            session_id: None,
-            session_key: None,
-            pid: std::process::id(),
-            purpose: "query".into(),
-            interactive: false,
-        },
-    )
-    .await?;
-    loop {
-        match tokio::time::timeout(
-            Duration::from_secs(30),
-            read_frame::<_, CoordMsg>(&mut stream),
-        )
-        .await
-        {
-            Ok(Ok(CoordMsg::Progress { .. })) => {}
-            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(client::Client { stream, domain }),
-            Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
-            Ok(Ok(_)) | Ok(Err(_)) => {
-                return Err(ClientError::NotRunning(socket.display().to_string()));
-            }
-            Err(_) => return Err(ClientError::Refused("no answer within 30 s".into())),
-        }
-    }
-}
-
-/// Control sockets in the runtime folder.
-pub(crate) fn sockets(rundir: &RuntimeDir) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(rundir.path())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("lazaret_coord_") && n.ends_with(".sock"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 /// Domains whose containers podman knows but whose coordinator did not
@@ -866,7 +351,7 @@ pub fn down(
         }
         // Orphans of this configuration's Storage Root: another root's
         // containers (another setup, a test) are not ours to remove.
-        let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)
+        let config = crate::client::Launcher::new(crate::client::Mode::Shell, explicit, env)
             .map(|l| l.config)
             .context("cannot load the configuration to find orphaned domains")?;
         for orphan in orphans(&[]) {
@@ -941,11 +426,11 @@ fn down_context(
     profile: Option<&str>,
     workspace: Option<&Path>,
 ) -> Result<(Config, DomainContext, RuntimeDir)> {
-    let config = super::load_with(explicit.clone(), env, true)?;
+    let config = crate::client::load_with(explicit.clone(), env, true)?;
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
     let workspace = match workspace {
         Some(p) => p.to_path_buf(),
-        None => super::current_dir()?,
+        None => crate::client::current_dir()?,
     };
     let selected = config.select_profile(profile)?;
     let anchor = crate::domain::DomainAnchor::new(&selected.name, &workspace)?;
@@ -968,7 +453,7 @@ pub fn domains(
     prune: Option<Duration>,
 ) -> Result<ExitCode> {
     use crate::domains::{State, list, remove_root, unpropagated_commit};
-    let config = crate::ui::Launcher::new(crate::ui::Mode::Shell, explicit, env)?.config;
+    let config = crate::client::Launcher::new(crate::client::Mode::Shell, explicit, env)?.config;
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
     let rt = runtime()?;
     let podman = crate::engine::podman::Podman::default();
@@ -1199,7 +684,7 @@ pub fn coordinator(
     profile: &str,
     workspace: &Path,
 ) -> Result<ExitCode> {
-    let config = super::load(explicit.clone(), env)?;
+    let config = crate::client::load(explicit.clone(), env)?;
     let profile = config.select_profile(Some(profile))?.clone();
     let resolved: ResolvedProfile = config.resolve(&profile, workspace, env, HostVars::Require)?;
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;

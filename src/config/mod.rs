@@ -115,6 +115,21 @@ impl fmt::Display for Problems<'_> {
     }
 }
 
+/// `--allow-broad-workspace`, for every load of this process.
+static ALLOW_BROAD_WORKSPACE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Records that the user passed `--allow-broad-workspace`.
+pub fn set_allow_broad_workspace(allow: bool) {
+    ALLOW_BROAD_WORKSPACE.store(allow, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the user passed `--allow-broad-workspace` (a coordinator this
+/// process starts gets it too).
+pub fn allow_broad_workspace() -> bool {
+    ALLOW_BROAD_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Which files to read, in the order of spec §3.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {

@@ -134,7 +134,7 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
         .arg(ctx.anchor.profile())
         .arg("--workspace")
         .arg(ctx.anchor.workspace());
-    if crate::cli::allow_broad_workspace() {
+    if crate::config::allow_broad_workspace() {
         cmd.arg("--allow-broad-workspace");
     }
     if let Some(c) = &ctx.config {

@@ -22,8 +22,9 @@ use ratatui::layout::{Constraint, Layout, Rect, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, BorderType};
 
-use super::tab::{self, Launch, ModalMode, Pending, Phase, Tab};
-use super::{Ev, FRAME, Launcher, NetTable, key_matches};
+use super::tab::{self, ModalMode, Pending, Phase, Tab};
+use super::{Ev, FRAME, NetTable, key_matches};
+use crate::client::{Launch, Launcher, Mode};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus};
 
@@ -84,14 +85,6 @@ enum InputKind {
 struct Input {
     kind: InputKind,
     text: String,
-}
-
-/// The workbench, or `lazaret shell`: the same engine with one pane and
-/// no tabs or panels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Workbench,
-    Shell,
 }
 
 /// A request seen by this UI, for the escalation queue.
@@ -355,11 +348,11 @@ impl App {
             return;
         }
         let tx = self.tx.clone();
-        let sockets = crate::cli::session::sockets(&self.launcher.rundir);
+        let sockets = crate::client::session::sockets(&self.launcher.rundir);
         self.rt.spawn(async move {
             let mut domains = Vec::new();
             for socket in sockets {
-                if let Ok(mut c) = crate::cli::session::query(&socket).await
+                if let Ok(mut c) = crate::client::session::query(&socket).await
                     && let Ok(CoordMsg::Status { domain }) = c.call(&ClientMsg::Status).await
                 {
                     domains.push(domain);

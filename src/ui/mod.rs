@@ -18,11 +18,12 @@ use anyhow::{Context, Result};
 use ratatui::crossterm::event::{self, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::crossterm::{execute, terminal};
 
+use crate::client::Launcher;
 use crate::coordinator::protocol::{CoordMsg, DomainStatus};
 use crate::host::HostEnv;
-use crate::rundir::RuntimeDir;
 
-pub use app::{Mode, parse_prefix};
+pub use crate::client::Mode;
+pub use app::parse_prefix;
 
 /// The shortest time between two frames (about 100 fps).
 pub const FRAME: std::time::Duration = std::time::Duration::from_millis(10);
@@ -38,7 +39,11 @@ pub enum Ev {
     Progress(u64, String),
     /// The domain is up: run the shell with these `podman` arguments.
     #[allow(private_interfaces)]
-    Connected(u64, Box<DomainStatus>, Box<crate::cli::session::ExecSpec>),
+    Connected(
+        u64,
+        Box<DomainStatus>,
+        Box<crate::client::session::ExecSpec>,
+    ),
     Failed(u64, String),
     Coord(u64, Box<CoordMsg>),
     ControlClosed(u64),
@@ -70,7 +75,7 @@ pub struct NetTable {
 /// of `launch`'s domain, each route with the rule behind it. Blocking: it
 /// runs `podman exec` in the sidecar.
 pub fn network_table(
-    launch: &tab::Launch,
+    launch: &crate::client::Launch,
     change: Option<(crate::net::Target, bool)>,
 ) -> std::result::Result<NetTable, String> {
     use crate::net;
@@ -195,11 +200,11 @@ pub fn run(
     let launcher = Launcher::new(mode, explicit, env)?;
     let workspace = match workspace {
         Some(p) => p.to_path_buf(),
-        None => crate::cli::current_dir()?,
+        None => crate::client::current_dir()?,
     };
     let launch = launcher.launch(profile, &workspace)?;
     // What is known now is said now, not after the sandbox fails to boot.
-    crate::cli::preboot(&launcher.config, &launch.profile, env)?;
+    crate::client::preboot(&launcher.config, &launch.profile, env)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -314,71 +319,6 @@ fn rule_text(source: &lazaret_sidecar::policy::Source) -> String {
                 .unwrap_or_default()
         ),
         other => other.to_string(),
-    }
-}
-
-/// Makes the [`tab::Launch`] of a profile and workspace: for the first tab,
-/// and for each new tab the human picks.
-#[derive(Debug)]
-pub struct Launcher {
-    pub mode: Mode,
-    pub config: crate::config::Config,
-    pub rundir: RuntimeDir,
-    /// `--config FILE`, for the coordinators this UI starts.
-    pub explicit: Option<PathBuf>,
-}
-
-impl Launcher {
-    /// Loads the configuration and makes sure of the runtime folder.
-    pub fn new(mode: Mode, explicit: &Option<PathBuf>, env: &dyn HostEnv) -> Result<Launcher> {
-        Ok(Launcher {
-            mode,
-            config: crate::cli::load(explicit.clone(), env)?,
-            rundir: RuntimeDir::ensure(&RuntimeDir::locate(env))?,
-            explicit: explicit
-                .as_ref()
-                .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())),
-        })
-    }
-
-    /// The domain of `profile` (default: the configuration's) and `workspace`.
-    pub fn context(
-        &self,
-        profile: Option<&str>,
-        workspace: &Path,
-    ) -> Result<crate::coordinator::client::DomainContext> {
-        let selected = self.config.select_profile(profile)?;
-        let anchor = crate::domain::DomainAnchor::new(&selected.name, workspace)?;
-        Ok(crate::coordinator::client::DomainContext::new(
-            anchor,
-            &self.config.data_root,
-            &self.rundir,
-            self.explicit.clone(),
-        ))
-    }
-
-    pub fn launch(&self, profile: Option<&str>, workspace: &Path) -> Result<tab::Launch> {
-        let selected = self.config.select_profile(profile)?;
-        if !workspace.is_dir() {
-            anyhow::bail!("{} is not a directory", workspace.display());
-        }
-        let ctx = self.context(Some(&selected.name), workspace)?;
-        // `lazaret shell` runs a shell even when the profile runs an agent.
-        let argv = match (self.mode, &selected.command) {
-            (Mode::Workbench, Some(command)) => command.clone(),
-            _ => crate::cli::session::shell_argv(),
-        };
-        Ok(tab::Launch {
-            label: format!("{} · {}", selected.name, ctx.anchor.workspace().display()),
-            profile: selected.name.clone(),
-            network: crate::net::policy_spec(&self.config, selected),
-            purpose: match self.mode {
-                Mode::Workbench => "ui",
-                Mode::Shell => "shell",
-            },
-            ctx,
-            argv,
-        })
     }
 }
 

@@ -15,29 +15,14 @@ use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Ev;
-use crate::cli::session::SessionAnchor;
-use crate::coordinator::client::{self, DomainContext};
+use crate::client::Launch;
+use crate::client::session::SessionAnchor;
+use crate::coordinator::client::{self};
 use crate::coordinator::escalation::Prompt;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, read_frame, write_frame};
 
 /// Rows of scrollback each pane keeps.
 const SCROLLBACK: usize = 10_000;
-
-/// What a new tab runs, and where.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    pub ctx: DomainContext,
-    /// The session command (the profile's `command`, or a login shell).
-    pub argv: Vec<String>,
-    /// `profile · workspace`, for titles.
-    pub label: String,
-    /// The profile: new tabs' default title.
-    pub profile: String,
-    /// The profile's configured network policy (the live one may differ).
-    pub network: lazaret_sidecar::policy::PolicySpec,
-    /// What the session is for, as `lazaret status` shows it.
-    pub purpose: &'static str,
-}
 
 /// The shell of a tab. The writer is never dropped while the shell lives
 /// (portable-pty writes "\n" + EOF on drop, which would submit a half-typed
@@ -319,7 +304,7 @@ impl Tab {
     /// reader thread feeding the pane.
     pub fn spawn_shell(
         &mut self,
-        spec: &crate::cli::session::ExecSpec,
+        spec: &crate::client::session::ExecSpec,
         tx: std::sync::mpsc::Sender<Ev>,
     ) -> Result<()> {
         let (rows, cols) = self.state.size();
