@@ -401,7 +401,7 @@ fn cgroup_check(env: &dyn HostEnv) -> Check {
 /// processes always hold (watchdog, rlimits); CPU needs delegated cgroups.
 fn limits_check() -> Check {
     use crate::engine::limits::{Enforcement, HostSupport, Limits};
-    let host = match HostSupport::detect(&crate::engine::podman::Podman::default()) {
+    let host = match HostSupport::detect(&crate::podman::Podman::default()) {
         Ok(h) => h,
         Err(e) => return Check::new("resource limits", false, fail(e.to_string(), SETUP)),
     };

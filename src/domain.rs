@@ -222,3 +222,28 @@ impl DomainPaths {
         }
     }
 }
+
+/// In each Domain Root: which (profile, workspace) it belongs to, so a
+/// stopped domain can be named without its containers.
+pub const ANCHOR_FILE: &str = "anchor.json";
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct AnchorRecord {
+    pub profile: String,
+    pub workspace: PathBuf,
+}
+
+/// Records which (profile, workspace) `domain_root` belongs to.
+pub fn record_anchor(domain_root: &Path, anchor: &DomainAnchor) -> std::io::Result<()> {
+    let record = AnchorRecord {
+        profile: anchor.profile().to_string(),
+        workspace: anchor.workspace().to_path_buf(),
+    };
+    let path = domain_root.join(ANCHOR_FILE);
+    let text = serde_json::to_string(&record).map_err(std::io::Error::other)?;
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(domain_root)?;
+    std::fs::write(path, text)
+}

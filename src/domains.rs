@@ -9,33 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::domain::DomainAnchor;
+use crate::domain::{ANCHOR_FILE, AnchorRecord};
 use crate::engine::LabelledDomain;
-
-pub const ANCHOR_FILE: &str = "anchor.json";
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct AnchorRecord {
-    pub profile: String,
-    pub workspace: PathBuf,
-}
-
-/// Records which (profile, workspace) `domain_root` belongs to.
-pub fn record_anchor(domain_root: &Path, anchor: &DomainAnchor) -> std::io::Result<()> {
-    let record = AnchorRecord {
-        profile: anchor.profile().to_string(),
-        workspace: anchor.workspace().to_path_buf(),
-    };
-    let path = domain_root.join(ANCHOR_FILE);
-    let text = serde_json::to_string(&record).map_err(std::io::Error::other)?;
-    if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
-        return Ok(());
-    }
-    std::fs::create_dir_all(domain_root)?;
-    std::fs::write(path, text)
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -184,7 +161,7 @@ pub fn unpropagated_commit(entry: &Entry) -> Option<String> {
 
 /// Deletes a Domain Root; files the sandbox's sub-uids own are removed
 /// inside podman's user namespace.
-pub fn remove_root(podman: &crate::engine::podman::Podman, root: &Path) -> Result<(), String> {
+pub fn remove_root(podman: &crate::podman::Podman, root: &Path) -> Result<(), String> {
     if std::fs::remove_dir_all(root).is_ok() || !root.exists() {
         return Ok(());
     }

@@ -4,6 +4,7 @@
 //! This library is the core; it knows nothing of the terminal UI. Modules are
 //! named after the specification's glossary.
 
+pub mod agents;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -15,6 +16,8 @@ pub mod engine;
 pub mod git_sentry;
 pub mod host;
 pub mod install;
+pub mod mounts;
 pub mod net;
+pub mod podman;
 pub mod rundir;
 pub mod ui;

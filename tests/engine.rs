@@ -64,7 +64,7 @@ fn inside_view(profile: &'static str, gvisor: bool) {
 
     // Masks are tmpfs, and what is written there never reaches the host.
     let (_, mounts, _) = d.sh("cat /proc/mounts");
-    for m in lazaret::engine::mounts::MASKED
+    for m in lazaret::mounts::MASKED
         .iter()
         .filter(|m| !m.starts_with(".git/"))
     {

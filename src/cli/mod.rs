@@ -17,10 +17,10 @@ use crate::engine::Engine;
 use crate::engine::images::{
     self, AgentImageRequest, BaseImageRequest, build_agent_image, build_base_image,
 };
-use crate::engine::podman::Podman;
 use crate::git_sentry::WorkspaceLayout;
 use crate::git_sentry::sync::Propagator;
 use crate::host::{HostEnv, SystemEnv};
+use crate::podman::Podman;
 use crate::rundir::RuntimeDir;
 
 /// Run AI coding agents in gVisor sandboxes, with a human approving every

@@ -70,7 +70,7 @@ pub fn exec(
 /// folder) still owns its domain: processes count, not only sockets.
 fn orphans(live: &[DomainStatus]) -> Vec<crate::engine::LabelledDomain> {
     let running = coordinator_processes();
-    crate::engine::labelled_domains(&crate::engine::podman::Podman::default())
+    crate::engine::labelled_domains(&crate::podman::Podman::default())
         .unwrap_or_default()
         .into_iter()
         .filter(|d| !live.iter().any(|l| l.hash == d.hash) && !running.contains(&d.hash))
@@ -154,7 +154,7 @@ fn down_orphan(
         let _ = std::fs::remove_file(anchor.control_socket(rundir));
         return Ok(());
     }
-    let podman = crate::engine::podman::Podman::default();
+    let podman = crate::podman::Podman::default();
     for name in &orphan.containers {
         podman
             .remove(name)
@@ -456,7 +456,7 @@ pub fn domains(
     let config = crate::client::Launcher::new(crate::client::Mode::Shell, explicit, env)?.config;
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
     let rt = runtime()?;
-    let podman = crate::engine::podman::Podman::default();
+    let podman = crate::podman::Podman::default();
     // Owned: a coordinator answers or runs; else a domain whose containers
     // run is orphaned (or started by `sandbox up`).
     let mut owned = coordinator_processes();

@@ -19,8 +19,8 @@ use anyhow::{Context, Result, bail};
 use crate::config::{Config, LoadOptions};
 use crate::coordinator::client::DomainContext;
 use crate::engine::images::{self, BaseImageRequest, build_base_image};
-use crate::engine::podman::Podman;
 use crate::host::HostEnv;
+use crate::podman::Podman;
 use crate::rundir::RuntimeDir;
 
 /// The workbench, or `lazaret shell`: the same engine with one pane and
@@ -97,7 +97,7 @@ impl Launcher {
         Ok(Launch {
             label: format!("{} · {}", selected.name, ctx.anchor.workspace().display()),
             profile: selected.name.clone(),
-            network: crate::net::policy_spec(&self.config, selected),
+            network: crate::config::network::policy_spec(&self.config, selected),
             purpose: match self.mode {
                 Mode::Workbench => "ui",
                 Mode::Shell => "shell",

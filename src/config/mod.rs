@@ -10,6 +10,8 @@
 //!    expands the tokens, canonicalises host paths and reads `env:` variables.
 
 pub mod expand;
+pub mod limits;
+pub mod network;
 pub mod schema;
 pub mod source;
 pub mod trust;
@@ -272,7 +274,7 @@ pub struct ProfileConfig {
     pub workspace_mode: Option<WorkspaceMode>,
     /// argv of the session command; `None` means a login shell.
     pub command: Option<Vec<String>>,
-    pub limits: crate::engine::limits::Limits,
+    pub limits: limits::Limits,
 }
 
 /// A value of a profile's `env` table.
@@ -994,7 +996,7 @@ impl Config {
             domain_dir,
             volumes,
             env: resolved_env,
-            network: crate::net::policy_spec(self, profile),
+            network: network::policy_spec(self, profile),
             resolver: self.network.resolver.clone(),
         })
     }
@@ -1338,17 +1340,17 @@ impl Validator<'_> {
         }
         let before = self.problems.len();
         let agent_image = match raw.agent.as_deref() {
-            Some(a) if crate::engine::images::agent_recipe(a).is_none() => {
+            Some(a) if crate::agents::agent_recipe(a).is_none() => {
                 self.problem(
                     &format!("{base}.agent"),
                     format!(
                         "`{a}` is not an agent Lazaret builds images for; known: {}",
-                        crate::engine::images::agent_names().join(", ")
+                        crate::agents::agent_names().join(", ")
                     ),
                 );
                 None
             }
-            Some(a) => Some(crate::engine::images::agent_image(a)),
+            Some(a) => Some(crate::agents::agent_image(a)),
             None => None,
         };
         let image = match (raw.image.as_ref(), agent_image) {
@@ -1439,13 +1441,12 @@ impl Validator<'_> {
                 }
             },
         };
-        let limits = crate::engine::limits::Limits::from_schema(raw.limits.as_ref())
-            .unwrap_or_else(|problems| {
-                for (key, msg) in problems {
-                    self.problem(&format!("{base}.limits.{key}"), msg);
-                }
-                Default::default()
-            });
+        let limits = limits::Limits::from_schema(raw.limits.as_ref()).unwrap_or_else(|problems| {
+            for (key, msg) in problems {
+                self.problem(&format!("{base}.limits.{key}"), msg);
+            }
+            Default::default()
+        });
         (self.problems.len() == before).then(|| ProfileConfig {
             name: name.to_string(),
             image,

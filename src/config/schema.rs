@@ -73,7 +73,7 @@ pub struct Profile {
     /// What a new session runs, as a shell-words string (default: a login shell).
     pub command: Option<String>,
     /// Memory, processes, CPUs and `/tmp` size of the sandbox.
-    pub limits: Option<crate::engine::limits::LimitsSchema>,
+    pub limits: Option<super::limits::LimitsSchema>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -32,7 +32,7 @@ use seccompiler::{
     SeccompRule,
 };
 
-use crate::engine::mounts::MASKED;
+use crate::mounts::MASKED;
 
 /// The Landlock ABI the rulesets are written for (best effort below it:
 /// the parts a kernel lacks are left out, and seccomp still cuts sockets).

@@ -204,7 +204,7 @@ pub fn run(
     std::fs::create_dir_all(&domain_root)
         .with_context(|| format!("cannot create {}", domain_root.display()))?;
     // `domains list` names a stopped domain by this record.
-    let _ = crate::domains::record_anchor(&domain_root, &resolved.domain);
+    let _ = crate::domain::record_anchor(&domain_root, &resolved.domain);
     let log_path = domain_root.join("coordinator.log");
     super::log::init(&log_path)
         .with_context(|| format!("cannot open the log {}", log_path.display()))?;

@@ -1,6 +1,10 @@
 //! Images built locally: the Debian base image for agents, and the Network
 //! Sidecar's `FROM scratch` image holding one static binary.
 
+use crate::agents::{
+    AGENT_INSTRUCTIONS, AGENT_REPOSITORY, AGENT_VERSION_FILE, agent_names, agent_of_image,
+    agent_recipe,
+};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::podman::{Podman, PodmanError};
 use crate::install::{SIDECAR_BINARY, find_helper};
+use crate::podman::{Podman, PodmanError};
 
 /// Repository of the base images `lazaret image build` makes.
 pub const BASE_REPOSITORY: &str = "localhost/lazaret";
@@ -265,56 +269,8 @@ pub fn build_base_image(
     })
 }
 
-/// Repository prefix of agent images: `localhost/lazaret/agent-NAME:VERSION`.
-pub const AGENT_REPOSITORY: &str = "localhost/lazaret/agent-";
-/// Where an agent image records its agent's version (written by the recipe).
-pub const AGENT_VERSION_FILE: &str = "/etc/lazaret/agent-version";
 /// The host's trusted certificate authorities, handed to builds as a secret.
 pub const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-/// A recipe in `assets/agents/NAME/` (decisions.md D12), compiled in.
-#[derive(Debug, Clone, Copy)]
-pub struct AgentRecipe {
-    pub name: &'static str,
-    pub containerfile: &'static str,
-}
-
-const AGENT_RECIPES: &[AgentRecipe] = &[
-    AgentRecipe {
-        name: "claude",
-        containerfile: include_str!("../../assets/agents/claude/Containerfile"),
-    },
-    AgentRecipe {
-        name: "codex",
-        containerfile: include_str!("../../assets/agents/codex/Containerfile"),
-    },
-    AgentRecipe {
-        name: "aider",
-        containerfile: include_str!("../../assets/agents/aider/Containerfile"),
-    },
-];
-
-/// The instruction file every agent image carries, pointing at the guide.
-const AGENT_INSTRUCTIONS: &str = include_str!("../../assets/agents/instructions.md");
-
-pub fn agent_recipe(name: &str) -> Option<&'static AgentRecipe> {
-    AGENT_RECIPES.iter().find(|r| r.name == name)
-}
-
-pub fn agent_names() -> Vec<&'static str> {
-    AGENT_RECIPES.iter().map(|r| r.name).collect()
-}
-
-/// The image a profile with `agent = NAME` runs by default.
-pub fn agent_image(name: &str) -> String {
-    format!("{AGENT_REPOSITORY}{name}:latest")
-}
-
-/// The agent an image name belongs to, if it is an agent image.
-pub fn agent_of_image(image: &str) -> Option<&str> {
-    let rest = image.strip_prefix(AGENT_REPOSITORY)?;
-    Some(rest.split(':').next().unwrap_or(rest))
-}
 
 /// What `lazaret image build --agent NAME` makes.
 #[derive(Debug, Clone)]

@@ -10,8 +10,6 @@
 
 pub mod images;
 pub mod limits;
-pub mod mounts;
-pub mod podman;
 pub mod seccomp;
 pub mod selftest;
 pub mod state_anchor;
@@ -26,9 +24,9 @@ use crate::domain::DomainAnchor;
 use crate::git_sentry::WorkspaceLayout;
 use crate::host::HostEnv;
 use crate::install::{ESCALATE_BINARY, find_helper};
+use crate::mounts::{self, Mount};
+use crate::podman::{self, Podman, PodmanError};
 use crate::rundir::RuntimeDir;
-use mounts::Mount;
-use podman::{Podman, PodmanError};
 
 /// Labels put on every container Lazaret starts.
 pub const LABEL_DOMAIN: &str = "lazaret.domain";
@@ -284,7 +282,7 @@ impl Engine {
             Runtime::Runc => "runc".to_string(),
         };
         let layout = self.layout(resolved)?;
-        let _ = crate::domains::record_anchor(&self.domain_root(anchor), anchor);
+        let _ = crate::domain::record_anchor(&self.domain_root(anchor), anchor);
         if self.podman.is_running(&anchor.sandbox_name())?
             && self.podman.is_running(&anchor.sidecar_name())?
             && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
@@ -422,7 +420,7 @@ impl Engine {
         if self.podman.image_exists(image)? {
             return Ok(());
         }
-        if let Some(agent) = images::agent_of_image(image) {
+        if let Some(agent) = crate::agents::agent_of_image(image) {
             return Err(EngineError::NoAgentImage {
                 agent: agent.to_string(),
                 image: image.to_string(),

@@ -19,9 +19,9 @@ use lazaret_escalate::selftest::{Check, Expectations, Report};
 use lazaret_sidecar::policy::{Policy, Verdict};
 use lazaret_widgets::visible::make_visible;
 
-use super::mounts::Mount;
 use super::{Engine, EngineError, Sandbox};
 use crate::config::ResolvedProfile;
+use crate::mounts::Mount;
 
 /// Set by `--allow-degraded` (passed on to the coordinator this process
 /// starts): a failed self-test then lets the sandbox start, marked degraded

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::podman::{Podman, PodmanError};
 use crate::config::RUNTIME_INJECTED_FILES;
+use crate::podman::{Podman, PodmanError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateAnchorError {

@@ -192,7 +192,7 @@ impl Engine {
     pub(super) fn domain_containers(
         &self,
         anchor: &DomainAnchor,
-    ) -> Result<Vec<(String, String)>, super::podman::PodmanError> {
+    ) -> Result<Vec<(String, String)>, crate::podman::PodmanError> {
         let out = self.podman.run([
             "ps",
             "-a",
@@ -315,7 +315,7 @@ impl Engine {
     /// users (unmapped there: the overflow id 65534) and the user's own are
     /// left alone. Symlinks are never followed and no other file system is
     /// entered.
-    pub fn reclaim(&self, dir: &Path) -> Result<(), super::podman::PodmanError> {
+    pub fn reclaim(&self, dir: &Path) -> Result<(), crate::podman::PodmanError> {
         if !dir.is_dir() {
             return Ok(());
         }

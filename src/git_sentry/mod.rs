@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::config::WorkspaceMode;
-use crate::engine::mounts::{self, Mount, WORKSPACE};
+use crate::mounts::{self, Mount, WORKSPACE};
 
 /// Where the host's `.git` appears in the sandbox for `git fetch`.
 pub const UPSTREAM_IN_SANDBOX: &str = "/run/lazaret/upstream.git";

@@ -12,7 +12,7 @@ use super::{
     nofollow, run,
 };
 use crate::config::WorkspaceMode;
-use crate::engine::mounts::MASKED;
+use crate::mounts::MASKED;
 
 /// Files that host tools execute or obey (D1, security research §12).
 const EXECUTED_FILES: &[&str] = &[

@@ -80,7 +80,7 @@ pub fn network_table(
 ) -> std::result::Result<NetTable, String> {
     use crate::net;
     use lazaret_widgets::panels::{RouteRow, Verdict};
-    let podman = crate::engine::podman::Podman::default();
+    let podman = crate::podman::Podman::default();
     let sidecar = launch.ctx.anchor.sidecar_name();
     let root = &launch.ctx.domain_root;
     let report = match change {

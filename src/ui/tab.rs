@@ -381,7 +381,7 @@ impl Tab {
         let (Some(domain), Some(program)) = (&self.domain, self.launch.argv.first()) else {
             return false;
         };
-        crate::engine::podman::Podman::default()
+        crate::podman::Podman::default()
             .run([
                 "exec",
                 domain.sandbox.as_str(),
