@@ -10,11 +10,8 @@ use crate::rundir::RuntimeDir;
 /// Spec §3.2.3 (1): `^[a-z0-9_-]{2,32}$`, checked byte by byte so no Unicode
 /// look-alike or normalisation trick gets through.
 pub fn validate_profile_name(name: &str) -> Result<(), String> {
-    let ok_len = (2..=32).contains(&name.len());
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if ok_len && ok_chars {
+    // The same rule the escalation protocol checks on every request.
+    if lazaret_escalate::protocol::is_profile_name(name) {
         Ok(())
     } else {
         Err(format!(
@@ -170,7 +167,7 @@ impl DomainAnchor {
 /// SHA-256 of `"<profile>:<workspace>"`, first 12 hex digits.
 pub fn domain_hash(profile: &str, canonical_workspace: &str) -> String {
     let digest = Sha256::digest(format!("{profile}:{canonical_workspace}").as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..6])
 }
 
 /// Every derived host path and name of a domain, for `lazaret domain`.

@@ -195,11 +195,8 @@ impl Target {
     /// `*.example.com`).
     pub fn parse(raw: &str) -> Result<Target, String> {
         let raw = raw.trim();
-        if let Ok(addr) = raw.parse::<IpAddr>() {
-            return Ok(Target::Net(IpNet::from(addr)));
-        }
-        if raw.contains('/') || raw.contains(':') {
-            return crate::config::parse_cidr(raw).map(Target::Net);
+        if raw.parse::<IpAddr>().is_ok() || raw.contains('/') || raw.contains(':') {
+            return lazaret_sidecar::policy::parse_cidr(raw).map(Target::Net);
         }
         NamePattern::parse(raw).map(Target::Name).map_err(|e| {
             format!("{e}; write a CIDR (192.0.2.0/24), an address or a host name (*.example.com)")

@@ -308,9 +308,7 @@ impl HostClient {
                 &ClientMsg::Hello {
                     version: PROTOCOL_VERSION,
                     session_id: Some(session_id.clone()),
-                    session_key: Some(lazaret::coordinator::store::hex(
-                        key.public_key().as_bytes(),
-                    )),
+                    session_key: Some(hex::encode(key.public_key().as_bytes())),
                     pid: std::process::id(),
                     purpose: "test".into(),
                     interactive,

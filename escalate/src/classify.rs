@@ -595,9 +595,339 @@ pub fn classify_with(command: &str, rules: &AutoApproveRules, probe: &dyn PathPr
     }
 }
 
+/// Programs that may never be auto-approved (decisions.md D5, spec §5.2.1),
+/// by group, each group with why. A whitelist entry approves every request
+/// that starts with it, whatever follows, so a program that can run another
+/// program, load code, or leave the confinement through some option is as
+/// good as a shell. Names are compared exactly (argv\[0\] must be a bare
+/// name; paths are refused before this list is consulted).
+pub const BANNED_AUTO_APPROVE: &[(&str, &[&str])] = &[
+    (
+        "git and its helpers run aliases, hooks and config-named programs",
+        &[
+            "git",
+            "git-shell",
+            "git-upload-pack",
+            "git-receive-pack",
+            "git-upload-archive",
+            "gitk",
+            "gh",
+            "tig",
+        ],
+    ),
+    (
+        "shells, multi-call binaries and terminal multiplexers run any command",
+        &[
+            "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "csh", "tcsh", "ash", "yash",
+            "rbash", "elvish", "nu", "xonsh", "pwsh", "busybox", "toybox", "tmux", "screen",
+            "script",
+        ],
+    ),
+    (
+        "shell builtins that run their arguments (some systems ship them as files)",
+        &["eval", "exec", "source", "command"],
+    ),
+    (
+        "interpreters and REPLs run any code",
+        &[
+            "python", "python2", "python3", "pypy", "pypy3", "ipython", "perl", "ruby", "irb",
+            "node", "nodejs", "deno", "bun", "tsx", "ts-node", "php", "lua", "luajit", "tclsh",
+            "wish", "expect", "R", "Rscript", "julia", "java", "jshell", "guile", "racket", "sbcl",
+            "ghci", "runghc", "ocaml", "erl", "escript", "elixir", "iex", "gnuplot",
+        ],
+    ),
+    (
+        "database shells have shell escapes (`.shell`, `\\!`)",
+        &["sqlite3", "psql", "mysql", "mariadb"],
+    ),
+    (
+        "text tools with a command feature: awk system(), GNU sed `e`, dc `!`, \
+         sort --compress-program, split --filter, diff3/sdiff --diff-program",
+        &[
+            "awk", "gawk", "mawk", "nawk", "sed", "gsed", "dc", "sort", "split", "diff3", "sdiff",
+        ],
+    ),
+    (
+        "search and walk tools run programs on what they find: find -exec, xargs, \
+         rg --pre, fd --exec, ack --pager, fzf --preview, parallel, entr, watchexec",
+        &[
+            "find",
+            "xargs",
+            "rg",
+            "fd",
+            "fdfind",
+            "ack",
+            "fzf",
+            "parallel",
+            "entr",
+            "watchexec",
+            "run-parts",
+        ],
+    ),
+    (
+        "wrappers that run the program named in their arguments",
+        &[
+            "env",
+            "time",
+            "timeout",
+            "nice",
+            "ionice",
+            "taskset",
+            "chrt",
+            "nohup",
+            "setsid",
+            "stdbuf",
+            "flock",
+            "prlimit",
+            "setarch",
+            "linux32",
+            "linux64",
+            "numactl",
+            "unbuffer",
+            "rlwrap",
+            "watch",
+            "chronic",
+            "ifne",
+            "pee",
+            "sshpass",
+            "dbus-run-session",
+            "xvfb-run",
+            "ssh-agent",
+            "openvt",
+        ],
+    ),
+    (
+        "they change identity or confinement (privileges, namespaces, root, sandbox)",
+        &[
+            "sudo",
+            "sudoedit",
+            "su",
+            "doas",
+            "pkexec",
+            "run0",
+            "runuser",
+            "sg",
+            "newgrp",
+            "setpriv",
+            "capsh",
+            "chroot",
+            "unshare",
+            "nsenter",
+            "firejail",
+            "bwrap",
+            "proot",
+            "fakeroot",
+            "fakechroot",
+            "runcon",
+            "systemd-nspawn",
+            "machinectl",
+        ],
+    ),
+    (
+        "services and schedulers run commands later, outside the time limit",
+        &["systemd-run", "systemctl", "at", "batch", "crontab"],
+    ),
+    (
+        "container engines run anything, with host mounts",
+        &[
+            "docker",
+            "podman",
+            "buildah",
+            "nerdctl",
+            "kubectl",
+            "runc",
+            "crun",
+            "runsc",
+            "toolbox",
+            "distrobox",
+            "flatpak",
+        ],
+    ),
+    (
+        "Lazaret itself: a sandbox must not drive its own supervisor",
+        &["lazaret"],
+    ),
+    (
+        "remote shells and network tools that run commands: ssh, scp/sftp/rsync -e, \
+         nc -e, socat EXEC, wget --use-askpass, tcpdump -z, nmap --script",
+        &[
+            "ssh", "scp", "sftp", "rsync", "mosh", "nc", "ncat", "netcat", "socat", "wget",
+            "tcpdump", "nmap",
+        ],
+    ),
+    (
+        "build tools, compilers and test runners run workspace build scripts and plugins",
+        &[
+            "make",
+            "gmake",
+            "cmake",
+            "ninja",
+            "meson",
+            "scons",
+            "bazel",
+            "bazelisk",
+            "just",
+            "gradle",
+            "gradlew",
+            "mvn",
+            "ant",
+            "sbt",
+            "rake",
+            "pytest",
+            "tox",
+            "nox",
+            "pre-commit",
+            "dotnet",
+            "rustc",
+            "cc",
+            "gcc",
+            "g++",
+            "c++",
+            "clang",
+            "clang++",
+        ],
+    ),
+    (
+        "package and toolchain managers run install scripts and workspace-named tools",
+        &[
+            "npm",
+            "npx",
+            "pnpm",
+            "yarn",
+            "corepack",
+            "bunx",
+            "pip",
+            "pip3",
+            "pipx",
+            "uv",
+            "uvx",
+            "poetry",
+            "pdm",
+            "hatch",
+            "conda",
+            "mamba",
+            "gem",
+            "bundle",
+            "bundler",
+            "composer",
+            "cpan",
+            "cpanm",
+            "cargo",
+            "rustup",
+            "go",
+            "apt",
+            "apt-get",
+            "dpkg",
+            "rpm",
+            "dnf",
+            "yum",
+            "pacman",
+            "apk",
+            "brew",
+            "nix",
+            "nix-shell",
+            "direnv",
+            "mise",
+            "asdf",
+        ],
+    ),
+    (
+        "editors, pagers and mail/ftp clients have shell escapes",
+        &[
+            "vim",
+            "vi",
+            "nvim",
+            "gvim",
+            "ex",
+            "view",
+            "vimdiff",
+            "rvim",
+            "rview",
+            "nano",
+            "ed",
+            "emacs",
+            "emacsclient",
+            "less",
+            "more",
+            "most",
+            "pg",
+            "man",
+            "pager",
+            "editor",
+            "sensible-editor",
+            "sensible-pager",
+            "mail",
+            "mailx",
+            "ftp",
+        ],
+    ),
+    (
+        "archivers with program options: tar --to-command/--checkpoint-action/-I, \
+         zip -TT, cpio --rsh-command",
+        &["tar", "zip", "cpio"],
+    ),
+    (
+        "debuggers, tracers and loaders start or load the program or library they are given \
+         (ldd may run it, ssh-keygen -D and openssl -engine load a library)",
+        &[
+            "strace",
+            "ltrace",
+            "gdb",
+            "lldb",
+            "valgrind",
+            "perf",
+            "rr",
+            "ldd",
+            "ssh-keygen",
+            "openssl",
+        ],
+    ),
+    (
+        "openers run whatever handler a file names (.desktop files run commands)",
+        &["xdg-open", "gio", "open"],
+    ),
+];
+
+/// Why `program` may never be auto-approved, if it is on
+/// [`BANNED_AUTO_APPROVE`].
+pub fn banned_auto_approve_reason(program: &str) -> Option<&'static str> {
+    // Versioned names are the same program: python3.12, perl5.36, gcc-12.
+    let unversioned =
+        program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
+    BANNED_AUTO_APPROVE
+        .iter()
+        .find(|(_, names)| names.contains(&program) || names.contains(&unversioned))
+        .map(|(reason, _)| *reason)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn banned_list_keeps_earlier_entries_and_is_well_formed() {
+        // Everything banned before the list was grouped is still banned.
+        for name in [
+            "git", "sh", "bash", "dash", "zsh", "fish", "ksh", "csh", "tcsh", "busybox", "python",
+            "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "tclsh",
+            "env", "xargs", "find", "sudo", "su", "doas", "pkexec", "ssh", "scp", "rsync", "make",
+            "cmake", "ninja", "npm", "npx", "pnpm", "yarn", "cargo", "rustc", "go", "pip", "pip3",
+            "pipx", "uv", "poetry", "gradle", "gradlew", "mvn", "bundle", "rake", "gem", "docker",
+            "podman", "kubectl", "timeout", "nice", "nohup", "setsid", "stdbuf", "strace", "gdb",
+            "watch", "awk", "gawk", "sed", "vim", "vi", "nvim", "emacs", "less", "more", "man",
+            "tar", "eval", "exec", "source", "lazaret",
+        ] {
+            assert!(banned_auto_approve_reason(name).is_some(), "{name}");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (reason, names) in BANNED_AUTO_APPROVE {
+            assert!(!reason.is_empty() && !names.is_empty());
+            for name in *names {
+                assert!(seen.insert(*name), "{name} is listed twice");
+                assert!(!name.contains('/') && !name.contains(char::is_whitespace));
+            }
+        }
+    }
 
     #[test]
     fn reasons_show_printable_metacharacters_and_only_code_points_of_the_rest() {

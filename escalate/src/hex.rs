@@ -1,33 +1,18 @@
 //! Lowercase hex, strict: one spelling per value, so signed text has one
-//! encoding.
+//! encoding. The `hex` crate does the work; this module adds the rule.
 
 pub(crate) fn encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    s
+    hex::encode(bytes)
 }
 
-/// Decodes exactly `N` bytes of lowercase hex; anything else is `None`.
+/// Decodes exactly `N` bytes of lowercase hex; anything else (uppercase
+/// included) is `None`.
 pub(crate) fn decode<const N: usize>(s: &str) -> Option<[u8; N]> {
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
-    let bytes = s.as_bytes();
-    if bytes.len() != N * 2 {
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;
     }
     let mut out = [0u8; N];
-    for (i, pair) in bytes.chunks_exact(2).enumerate() {
-        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
-    }
+    hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
 }
 

@@ -324,11 +324,30 @@ impl From<IpNet> for SpecRule {
     }
 }
 
-fn parse_cidr(s: &str) -> Result<IpNet, String> {
+/// The one reading of a network everywhere a person or a file writes one
+/// (configuration, `lazaret net`, the UI's `+`, policy JSON): a CIDR, or a
+/// bare address meaning that one host (/32 or /128). Host bits are left
+/// for [`parse_cidr`] (or [`Policy::new`], which names the rule's origin).
+pub fn parse_net(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("`{s}` is not a CIDR (e.g. 192.0.2.0/24 or 2001:db8::/32)"))
+        .map_err(|_| {
+            format!("`{s}` is not a CIDR network (write e.g. 10.0.0.0/8, fd00::/8 or one address)")
+        })
+}
+
+/// [`parse_net`], refusing host bits so a rule means what it says.
+pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
+    let net = parse_net(s)?;
+    if net.trunc() != net {
+        return Err(format!(
+            "`{}` has host bits set; did you mean {}?",
+            s.trim(),
+            net.trunc()
+        ));
+    }
+    Ok(net)
 }
 
 impl Serialize for SpecRule {
@@ -354,7 +373,7 @@ impl<'de> Deserialize<'de> for SpecRule {
                 f.write_str(r#"a CIDR such as "192.0.2.0/24", or {"net": CIDR, "origin": TEXT}"#)
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<SpecRule, E> {
-                parse_cidr(s).map(SpecRule::new).map_err(E::custom)
+                parse_net(s).map(SpecRule::new).map_err(E::custom)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SpecRule, A::Error> {
                 #[derive(Deserialize)]
@@ -365,7 +384,7 @@ impl<'de> Deserialize<'de> for SpecRule {
                     origin: Option<String>,
                 }
                 let full = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let net = parse_cidr(&full.net).map_err(de::Error::custom)?;
+                let net = parse_net(&full.net).map_err(de::Error::custom)?;
                 Ok(SpecRule {
                     net,
                     origin: full.origin,

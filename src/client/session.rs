@@ -80,7 +80,7 @@ impl SessionAnchor {
     pub(crate) fn hello(&self, purpose: &str, interactive: bool) -> Hello {
         Hello {
             session_id: Some(self.id.clone()),
-            session_key: Some(hex(self.key.public_key().as_bytes())),
+            session_key: Some(hex::encode(self.key.public_key().as_bytes())),
             purpose: purpose.into(),
             interactive,
         }
@@ -443,10 +443,6 @@ fn credential_lifetime() -> Duration {
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|&s| s >= 2)
         .map_or(Duration::from_secs(12 * 3600), Duration::from_secs)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    crate::coordinator::store::hex(bytes)
 }
 
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {

@@ -78,10 +78,7 @@ pub enum TrustError {
 
 /// SHA-256 of `bytes`, lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Reads a workspace configuration file without blocking on a FIFO or
@@ -418,7 +415,7 @@ fn empty_array() -> toml::Value {
 fn is_subset(upper: &toml::Value, lower: Option<&toml::Value>, cidr: bool) -> bool {
     let norm = |v: &toml::Value| -> toml::Value {
         match v.as_str() {
-            Some(s) if cidr => match s.parse::<ipnet::IpNet>() {
+            Some(s) if cidr => match lazaret_sidecar::policy::parse_net(s) {
                 Ok(n) => toml::Value::String(n.trunc().to_string()),
                 Err(_) => v.clone(),
             },

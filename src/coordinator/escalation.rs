@@ -30,15 +30,18 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UnixListener;
 
 use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
-use super::store::{Store, hex};
+use super::store::Store;
 
 /// How long the Trust Anchor and its certificates live: a coordinator's
 /// lifetime is bounded by its sessions; a day is a generous upper bound.
 const CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// From accept to a decoded request.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
-/// The PATH approved commands run with (decisions.md D5).
-pub const TRUSTED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The PATH approved commands run with (decisions.md D5): the classifier's
+/// [`classify::TRUSTED_PATH`], the one list both resolve programs on.
+pub fn trusted_path() -> String {
+    classify::TRUSTED_PATH.join(":")
+}
 
 /// Bounds on the requests of one session (decisions.md D9).
 #[derive(Debug, Clone, Copy)]
@@ -454,7 +457,7 @@ impl EscalationServer {
         if let Err(why) = self.admit(&req.session_id) {
             return refuse("rate", why);
         }
-        let replay_key = hex(&verified.replay_key());
+        let replay_key = hex::encode(verified.replay_key());
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.first_sighting(&replay_key)).await {
             Ok(Ok(true)) => {}
@@ -777,7 +780,7 @@ fn describe(d: &Decision) -> serde_json::Value {
 }
 
 fn sha256(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// How an approved command runs.
@@ -803,7 +806,7 @@ fn exec_for(command: &str, via_shell: bool, argv: Option<Vec<String>>) -> Result
         PathBuf::from(program)
     } else {
         classify::resolve_program(program)
-            .ok_or_else(|| format!("`{program}` is not on the trusted PATH {TRUSTED_PATH}"))?
+            .ok_or_else(|| format!("`{program}` is not on the trusted PATH {}", trusted_path()))?
     };
     Ok(Exec::Direct {
         program,
@@ -846,7 +849,7 @@ pub async fn execute(
     let confined = confinement.is_some();
     confine::prepare(&mut cmd, cwd, confinement).map_err(|e| e.to_string())?;
     cmd.env_clear()
-        .env("PATH", TRUSTED_PATH)
+        .env("PATH", trusted_path())
         .env("HOME", home)
         .env("LANG", "C.UTF-8")
         .env("TERM", "dumb")

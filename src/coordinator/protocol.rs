@@ -2,8 +2,8 @@
 //! Session Coordinator: versioned, length-prefixed JSON frames over the
 //! control socket. The UI uses these same types.
 
+use lazaret_escalate::protocol::{self as escalate_protocol, ProtocolError};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -135,20 +135,30 @@ pub enum FrameError {
     Malformed(String),
 }
 
-/// Writes one frame: a big-endian u32 length, then JSON.
+impl From<ProtocolError> for FrameError {
+    fn from(e: ProtocolError) -> FrameError {
+        match e {
+            ProtocolError::Closed | ProtocolError::TruncatedHeader { .. } => FrameError::Closed,
+            ProtocolError::Oversized { len, .. } => FrameError::TooLarge(len),
+            ProtocolError::Io(e) => FrameError::Io(e),
+            ProtocolError::Truncated { .. } => FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                e.to_string(),
+            )),
+            other => FrameError::Malformed(other.to_string()),
+        }
+    }
+}
+
+/// Writes one frame: a big-endian u32 length, then JSON (the escalation
+/// protocol's framing, one implementation for both sockets).
 pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> Result<(), FrameError>
 where
     W: tokio::io::AsyncWrite + Unpin,
     T: Serialize,
 {
     let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
-    if body.len() > MAX_FRAME {
-        return Err(FrameError::TooLarge(body.len()));
-    }
-    w.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    w.write_all(&body).await?;
-    w.flush().await?;
-    Ok(())
+    Ok(escalate_protocol::write_frame_async(w, &body, MAX_FRAME).await?)
 }
 
 /// Reads one frame; `Closed` on a clean end of stream.
@@ -157,24 +167,14 @@ where
     R: tokio::io::AsyncRead + Unpin,
     T: serde::de::DeserializeOwned,
 {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(FrameError::TooLarge(len));
-    }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
+    let body = escalate_protocol::read_frame_async(r, MAX_FRAME).await?;
     serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
 
     #[tokio::test]
     async fn frames_round_trip_and_refuse_garbage() {

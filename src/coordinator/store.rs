@@ -96,12 +96,8 @@ impl AuditRecord {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part);
         }
-        hex(&h.finalize())
+        hex::encode(h.finalize())
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The outcome of [`Store::verify`].
@@ -417,7 +413,7 @@ pub mod v1 {
         h.update(seq.to_be_bytes());
         h.update(time.to_be_bytes());
         h.update(event.as_bytes());
-        hex(&h.finalize())
+        hex::encode(h.finalize())
     }
 
     /// Writes a version-1 store, as Lazaret's first schema did. Kept to make

@@ -88,7 +88,7 @@ pub fn file_sha256(path: &Path) -> Result<String, ImageError> {
         }
         h.update(&buf[..n]);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(h.finalize()))
 }
 
 /// The sidecar image for the installed `lazaret-sidecar`, built when the

@@ -89,14 +89,9 @@ impl Snapshot {
     pub fn save(&self, file: &Path) -> io::Result<()> {
         let mut text = String::new();
         for (p, s) in &self.0 {
-            let hex: String = p
-                .as_os_str()
-                .as_bytes()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let path_hex = hex::encode(p.as_os_str().as_bytes());
             text.push_str(&format!(
-                "{} {} {} {} {} {} {} {hex}\n",
+                "{} {} {} {} {} {} {} {path_hex}\n",
                 s.mode, s.size, s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1, s.ino
             ));
         }
