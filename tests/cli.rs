@@ -284,3 +284,122 @@ fn ui_reports_unset_forwarded_variable_before_boot() {
     // Nothing booted: no domain folder was made.
     assert!(!home.join(".local/share/lazaret/domains").exists());
 }
+
+/// Every command that works on one domain names it the same way:
+/// `[PROFILE]` or `-p PROFILE`, and `-w DIR` (issue 20).
+#[test]
+fn every_domain_command_takes_the_same_profile_and_workspace_shapes() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let commands: &[&[&str]] = &[
+        &["shell"],
+        &["ui"],
+        &["exec"],
+        &["down"],
+        &["audit"],
+        &["logs"],
+        &["domain"],
+        &["review"],
+        &["sandbox", "up"],
+        &["sandbox", "down"],
+        &["sandbox", "sync"],
+        &["net", "show"],
+        &["net", "why"],
+        &["net", "allow"],
+        &["net", "deny"],
+    ];
+    for cmd in commands {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let out = lazaret(&home, &ws, STANDARD_PATH, &args).output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{cmd:?}: {stderr}");
+        for needle in [
+            "[PROFILE]",
+            "-p, --profile <PROFILE>",
+            "-w, --workspace <WORKSPACE>",
+        ] {
+            assert!(
+                stdout.contains(needle),
+                "{cmd:?} --help lacks {needle}:\n{stdout}"
+            );
+        }
+    }
+
+    // The three spellings name the same domain; two profiles at once do not.
+    let cfg = s.write(
+        "c.toml",
+        "[profiles.alpha]\nimage = \"localhost/lazaret/trixie:latest\"\n\
+         [profiles.beta]\nimage = \"localhost/lazaret/trixie:latest\"\n",
+    );
+    let other = s.mkdir("other");
+    let hash = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.to_str().unwrap(), "domain", "--json"];
+        all.extend_from_slice(args);
+        let out = lazaret(&home, &ws, STANDARD_PATH, &all).output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        (
+            v["domain_hash"].as_str().unwrap().to_string(),
+            v["workspace"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let other_s = other.to_str().unwrap();
+    let positional = hash(&["beta", "-w", other_s]);
+    assert_eq!(positional, hash(&["-p", "beta", "--workspace", other_s]));
+    assert_eq!(positional, hash(&["--profile", "beta", "-w", other_s]));
+    assert_ne!(positional.0, hash(&["alpha", "-w", other_s]).0);
+    assert_ne!(positional.0, hash(&["beta"]).0, "-w changes the domain");
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "domain",
+            "alpha",
+            "-p",
+            "beta",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap refuses two profiles");
+    assert!(
+        text(&out).1.contains("cannot be used with"),
+        "{}",
+        text(&out).1
+    );
+}
+
+/// `lazaret exec` exits 125 when Lazaret itself fails (here: the domain
+/// cannot start, its image does not exist), so a script can tell that from
+/// the command's own exit codes, which pass through (tests/coordinator.rs
+/// runs `exit 42` and `exit 1` in a real sandbox).
+#[test]
+fn exec_exits_125_when_the_domain_cannot_start() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write(
+        "c.toml",
+        "[profiles.ghost]\nimage = \"localhost/lazaret/agent-ghost:latest\"\n",
+    );
+    for cmd in [
+        &["exec", "ghost", "--", "true"][..],
+        &["shell", "ghost"][..],
+    ] {
+        let mut args = vec!["--config", cfg.to_str().unwrap()];
+        args.extend_from_slice(cmd);
+        let out = lazaret(&home, &ws, STANDARD_PATH, &args).output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(125), "{cmd:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("localhost/lazaret/agent-ghost:latest"),
+            "{stderr}"
+        );
+    }
+}

@@ -144,6 +144,9 @@ fn eight_concurrent_sessions_share_one_domain() {
     // The exec's exit code is passed through.
     let out = exec(&d, &["sh", "-c", "exit 42"]).output().unwrap();
     assert_eq!(out.status.code(), Some(42));
+    // Exit 1 is the command's, not Lazaret's (which would be 125).
+    let out = exec(&d, &["sh", "-c", "exit 1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
     d.wait_until_gone();
 }
 

@@ -75,14 +75,11 @@ enum Command {
     /// Show the Domain Anchor of a profile and workspace: its hash and every
     /// host path and container name derived from it.
     Domain {
-        /// Profile to use (default: `default_profile`, or the only profile).
-        #[arg(long, short)]
-        profile: Option<String>,
+        #[command(flatten)]
+        domain: DomainArgs,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// Workspace folder (default: the current folder).
-        path: Option<PathBuf>,
     },
     /// Open an interactive shell in the sandbox of PROFILE for the current
     /// folder, starting the domain if needed. The domain stays up while any
@@ -92,11 +89,8 @@ enum Command {
     /// for the host open the approval modal over it; press the prefix key
     /// then `?` for the bindings.
     Shell {
-        /// Profile (default: `default_profile`, or the only profile).
-        profile: Option<String>,
-        /// Workspace folder (default: the current folder).
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        domain: DomainArgs,
         /// Lazaret's prefix key, e.g. `C-a` (default) or `C-b`.
         #[arg(long, default_value = "C-a")]
         prefix: String,
@@ -105,12 +99,9 @@ enum Command {
     /// Session each), the approval modal and side panels. Press the prefix
     /// key (default Ctrl-a) then `?` for every binding.
     Ui {
-        /// Profile of new tabs (default: `default_profile`, or the only profile).
-        #[arg(long, short)]
-        profile: Option<String>,
-        /// Workspace folder of new tabs (default: the current folder).
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        /// The first tab's (and new tabs' default) profile and workspace.
+        #[command(flatten)]
+        domain: DomainArgs,
         /// Lazaret's prefix key, e.g. `C-a` (default) or `C-b`.
         #[arg(long, default_value = "C-a")]
         prefix: String,
@@ -118,11 +109,8 @@ enum Command {
     /// Run one command in the sandbox, non-interactively; its exit code is
     /// lazaret's.
     Exec {
-        /// Profile (default: `default_profile`, or the only profile).
-        profile: Option<String>,
-        /// Workspace folder (default: the current folder).
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        domain: DomainArgs,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -136,11 +124,10 @@ enum Command {
     },
     /// Tear down the domain of PROFILE (current folder), or all domains.
     Down {
-        profile: Option<String>,
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        domain: DomainArgs,
         /// Every running domain of this user.
-        #[arg(long, conflicts_with = "profile")]
+        #[arg(long, conflicts_with_all = ["profile", "profile_flag", "workspace"])]
         all: bool,
         /// Also remove the domain's stored state (its Domain Root: State
         /// Anchor layers, the agent's clone, audit store), including files
@@ -151,20 +138,21 @@ enum Command {
     /// Print the domain's audit log; --verify checks its hash chain and
     /// names the first bad record.
     Audit {
-        profile: Option<String>,
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Check the hash chain instead of printing; exit 1 at the first
+        /// bad record.
         #[arg(long)]
         verify: bool,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Print the Session Coordinator's log of the domain of PROFILE
     /// (current folder), with control characters made visible.
     Logs {
-        profile: Option<String>,
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
+        #[command(flatten)]
+        domain: DomainArgs,
         /// How many of the last lines (0: all that is kept).
         #[arg(long, short = 'n', default_value_t = 200)]
         lines: usize,
@@ -175,8 +163,10 @@ enum Command {
     /// (internal) The detached Session Coordinator of one domain.
     #[command(hide = true)]
     Coordinator {
+        /// The domain's profile.
         #[arg(long)]
         profile: String,
+        /// The domain's workspace (canonical).
         #[arg(long)]
         workspace: PathBuf,
         /// Run here instead of starting a detached copy and exiting.
@@ -223,6 +213,7 @@ enum Command {
     /// Print the man page (`lazaret man | man -l -`), or with --dir write
     /// lazaret.1 and one page per subcommand there.
     Man {
+        /// Write the pages into this folder instead of printing one.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
@@ -268,14 +259,34 @@ enum ImageCommand {
     List,
 }
 
-/// Which domain: a profile and a workspace folder.
-#[derive(Debug, clap::Args)]
+/// Which domain: a profile and a workspace folder, written the same way by
+/// every command: `lazaret CMD [PROFILE] [-w DIR]`, or `-p PROFILE`.
+#[derive(Debug, Default, clap::Args)]
 struct DomainArgs {
-    /// Profile to use (default: `default_profile`, or the only profile).
-    #[arg(long, short)]
+    /// Profile (default: `default_profile`, or the only profile).
+    #[arg(value_name = "PROFILE", conflicts_with = "profile_flag")]
     profile: Option<String>,
+    /// The profile, as an option (same as the positional PROFILE).
+    #[arg(
+        long = "profile",
+        short = 'p',
+        id = "profile_flag",
+        value_name = "PROFILE"
+    )]
+    profile_flag: Option<String>,
     /// Workspace folder (default: the current folder).
-    path: Option<PathBuf>,
+    #[arg(long, short)]
+    workspace: Option<PathBuf>,
+}
+
+impl DomainArgs {
+    fn profile(&self) -> Option<&str> {
+        self.profile.as_deref().or(self.profile_flag.as_deref())
+    }
+
+    fn workspace(&self) -> Option<&Path> {
+        self.workspace.as_deref()
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -283,6 +294,7 @@ enum DomainsCommand {
     /// Profile, workspace, size, last use and state (running, stopped,
     /// orphaned, broken) of every domain folder.
     List {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -290,6 +302,7 @@ enum DomainsCommand {
     /// Never a running one; asks before deleting an isolated clone that
     /// holds commits the host's `lazaret/agent-*` branch lacks.
     Prune {
+        /// Age since last use: 30d, 12h, 90m.
         #[arg(long, value_name = "AGE")]
         older_than: String,
     },
@@ -338,6 +351,7 @@ enum NetCommand {
         cidr: String,
         #[command(flatten)]
         domain: DomainArgs,
+        /// Also write the rule into ./lazaret.toml's profile.
         #[arg(long)]
         save: bool,
     },
@@ -347,6 +361,7 @@ enum NetCommand {
         cidr: String,
         #[command(flatten)]
         domain: DomainArgs,
+        /// Also write the rule into ./lazaret.toml's profile.
         #[arg(long)]
         save: bool,
     },
@@ -359,6 +374,21 @@ enum ConfigCommand {
     Check,
     /// Print the effective configuration and the file each value came from.
     Show,
+}
+
+/// What `exec` and `shell` exit with when Lazaret itself fails (the
+/// domain cannot start, the configuration is wrong, ...), as podman does;
+/// otherwise they exit with the command's own code.
+pub const OWN_FAILURE: u8 = 125;
+
+/// For commands whose exit code is the sandboxed command's: Lazaret's own
+/// failure is reported and becomes [`OWN_FAILURE`], so a script can tell it
+/// from the command's exit 1.
+fn passing_codes_through(result: Result<ExitCode>) -> Result<ExitCode> {
+    result.or_else(|err| {
+        eprintln!("lazaret: {err:#}");
+        Ok(ExitCode::from(OWN_FAILURE))
+    })
 }
 
 pub fn run() -> Result<ExitCode> {
@@ -399,7 +429,8 @@ pub fn run() -> Result<ExitCode> {
         } => {
             let d = DomainArgs {
                 profile: (!profile.is_empty()).then_some(profile),
-                path: workspace,
+                workspace,
+                ..DomainArgs::default()
             };
             doctor_sandbox(cli.config, &env, &d)
         }
@@ -413,64 +444,46 @@ pub fn run() -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Shell {
-            profile,
-            workspace,
-            prefix,
-        } => session::shell(
+        Command::Shell { domain, prefix } => passing_codes_through(session::shell(
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             &prefix,
-        ),
-        Command::Ui {
-            profile,
-            workspace,
-            prefix,
-        } => crate::ui::run(
+        )),
+        Command::Ui { domain, prefix } => crate::ui::run(
             crate::client::Mode::Workbench,
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             &prefix,
         ),
-        Command::Exec {
-            profile,
-            workspace,
-            command,
-        } => session::exec(
+        Command::Exec { domain, command } => passing_codes_through(session::exec(
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             &command,
-        ),
+        )),
         Command::Status { json } => session::status(&env, json),
-        Command::Down {
-            profile,
-            workspace,
-            all,
-            purge,
-        } => session::down(
+        Command::Down { domain, all, purge } => session::down(
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             all,
             purge,
         ),
         Command::Audit {
-            profile,
-            workspace,
+            domain,
             verify,
             json,
         } => session::audit(
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             verify,
             json,
         ),
@@ -485,15 +498,11 @@ pub fn run() -> Result<ExitCode> {
             };
             session::domains(&cli.config, &env, json, prune)
         }
-        Command::Logs {
-            profile,
-            workspace,
-            lines,
-        } => session::logs(
+        Command::Logs { domain, lines } => session::logs(
             &cli.config,
             &env,
-            profile.as_deref(),
-            workspace.as_deref(),
+            domain.profile(),
+            domain.workspace(),
             lines,
         ),
         Command::Coordinator {
@@ -539,15 +548,11 @@ pub fn run() -> Result<ExitCode> {
             sandbox_sync(cli.config, &env, &domain, watch)
         }
         Command::Review(d) => review(cli.config, &env, &d),
-        Command::Domain {
-            profile,
-            json,
-            path,
-        } => {
+        Command::Domain { domain, json } => {
             let config = load(cli.config, &env)?;
-            let profile = config.select_profile(profile.as_deref())?;
-            let workspace = match path {
-                Some(p) => p,
+            let profile = config.select_profile(domain.profile())?;
+            let workspace = match domain.workspace() {
+                Some(p) => p.to_path_buf(),
                 None => current_dir()?,
             };
             let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
@@ -661,8 +666,8 @@ fn resolve(
     d: &DomainArgs,
 ) -> Result<(Config, crate::config::ResolvedProfile)> {
     let config = load(explicit, env)?;
-    let profile = config.select_profile(d.profile.as_deref())?.clone();
-    let workspace = match &d.path {
+    let profile = config.select_profile(d.profile())?.clone();
+    let workspace = match &d.workspace {
         Some(p) => p.clone(),
         None => current_dir()?,
     };
@@ -760,8 +765,8 @@ fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) ->
     // (e.g. an env: variable is unset now, or an untrusted workspace file
     // widens): only the Domain Anchor is needed.
     let config = load_with(explicit, env, true)?;
-    let profile = config.select_profile(d.profile.as_deref())?;
-    let workspace = match &d.path {
+    let profile = config.select_profile(d.profile())?;
+    let workspace = match &d.workspace {
         Some(p) => p.clone(),
         None => current_dir()?,
     };
