@@ -1422,3 +1422,31 @@ fn domain_text(p: &DomainPaths) -> String {
     let _ = writeln!(out, "{:<17}{}", "agent branch", p.agent_branch);
     out
 }
+
+#[cfg(test)]
+mod help_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "lazaret", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+}
