@@ -228,6 +228,14 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
         why.contains("resolved by the sidecar") && why.contains("lazaret ui allow"),
         "{why}"
     );
+    // A paste while the prompt is open lands in the prompt, not the shell.
+    t.send(&["C-a", "+"]);
+    t.tmux(&["set-buffer", "-b", "lazaret-paste", "192.0.2.77"]);
+    t.tmux(&["paste-buffer", "-p", "-b", "lazaret-paste", "-t", "0"]);
+    t.send(&["Enter"]);
+    t.wait_for(30, "the pasted route", |s| {
+        s.contains("allowed 192.0.2.77/32: in force")
+    });
     t.send(&["C-a", "-"]);
     t.send(&["-l", "not a net!"]);
     t.send(&["Enter"]);
@@ -480,4 +488,48 @@ fn identical_requests_are_one_modal_with_a_count() {
     );
     assert!(!canary.exists(), "a denied copy ran");
     assert_eq!(decisions(&d), vec!["denied", "denied", "denied"]);
+}
+
+/// Whether an SGR sequence in `screen` sets a colour (the default
+/// colours, 39 and 49, are not one).
+fn sets_a_colour(screen: &str) -> bool {
+    screen.split("\x1b[").skip(1).any(|seq| {
+        let end = seq
+            .find(|c: char| !(c.is_ascii_digit() || c == ';'))
+            .unwrap_or(seq.len());
+        seq[end..].starts_with('m')
+            && seq[..end].split(';').any(|p| {
+                matches!(
+                    p.parse::<u16>(),
+                    Ok(30..=38 | 40..=48 | 90..=97 | 100..=107)
+                )
+            })
+    })
+}
+
+/// `NO_COLOR=1`: the workbench draws no colour at all (attributes such as
+/// reverse stay); the same screen without it has colour (the focused
+/// pane's border).
+#[test]
+fn no_color_means_no_colour_on_screen() {
+    let d = Domain::new("gv");
+    let run = format!(
+        "{} --config {} shell --profile {}",
+        common::lazaret_bin().display(),
+        d.s.path().join("config.toml").display(),
+        d.profile
+    );
+    let coloured = |env: &[(&str, &str)]| {
+        let mut all = vec![("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")];
+        all.extend_from_slice(env);
+        let t = common::Tmux::start(&d.ws(), 100, 30, &all, &run);
+        t.wait_for(120, "the shell", |s| s.contains("root@"));
+        let screen = t.tmux(&["capture-pane", "-p", "-e", "-t", "0"]);
+        t.line("exit");
+        t.wait_exit(30, "lazaret shell after exit");
+        sets_a_colour(&screen)
+    };
+    assert!(!coloured(&[("NO_COLOR", "1")]), "colour despite NO_COLOR");
+    assert!(coloured(&[]), "the check itself sees colour");
+    wait_domain_gone(&d.hash, Vec::new);
 }

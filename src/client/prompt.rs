@@ -98,7 +98,7 @@ pub fn render(p: &Prompt, code: &str) -> String {
     s += &format!(
         "  to approve & run, type the code \x1b[1;7m {code} \x1b[0m   \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session\r\n"
     );
-    s
+    super::terminal::paint(&s)
 }
 
 /// One thing the human's terminal did.
@@ -344,7 +344,8 @@ fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
     };
     let _ = write!(
         tty,
-        "\x1b[2m── lazaret: back to the sandbox's output ──\x1b[0m\r\n"
+        "{}",
+        super::terminal::paint("\x1b[2m── lazaret: back to the sandbox's output ──\x1b[0m\r\n")
     );
     let _ = tty.flush();
     verdict

@@ -226,9 +226,89 @@ pub fn approval_code(len: usize) -> String {
     code
 }
 
+/// Whether the user asked for no colour (<https://no-color.org>: the
+/// variable is set and not empty).
+pub fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// `text` (Lazaret's own styled output) without its colours when
+/// [`no_color`]: colour parameters leave each SGR sequence, attributes
+/// such as bold and reverse stay.
+pub fn paint(text: &str) -> String {
+    if no_color() {
+        strip_colors(text)
+    } else {
+        text.to_string()
+    }
+}
+
+/// Removes colour parameters (30-49, 90-107, with 38/48's extended forms)
+/// from every SGR sequence of `text`; a sequence left empty goes.
+pub fn strip_colors(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        let body = &rest[at + 2..];
+        let end = body.find(|c: char| !(c.is_ascii_digit() || c == ';'));
+        match end {
+            Some(end) if body[end..].starts_with('m') => {
+                let params: Vec<&str> = body[..end].split(';').collect();
+                let mut kept = Vec::new();
+                let mut i = 0;
+                while i < params.len() {
+                    let n: u16 = params[i].parse().unwrap_or(0);
+                    match n {
+                        38 | 48 => {
+                            // 38;5;N or 38;2;R;G;B
+                            let skip = match params.get(i + 1).copied() {
+                                Some("5") => 2,
+                                Some("2") => 4,
+                                _ => 0,
+                            };
+                            i += skip;
+                        }
+                        30..=37 | 39..=47 | 49 | 90..=97 | 100..=107 => {}
+                        _ => kept.push(params[i]),
+                    }
+                    i += 1;
+                }
+                // `ESC[m` is a reset (its one parameter is empty): kept.
+                if !kept.is_empty() {
+                    out.push_str("\x1b[");
+                    out.push_str(&kept.join(";"));
+                    out.push('m');
+                }
+                rest = &body[end + 1..];
+            }
+            _ => {
+                out.push_str("\x1b[");
+                rest = body;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colours_go_and_attributes_stay() {
+        assert_eq!(
+            strip_colors("\x1b[1;33mhi\x1b[0m \x1b[1;7m x \x1b[0m"),
+            "\x1b[1mhi\x1b[0m \x1b[1;7m x \x1b[0m"
+        );
+        assert_eq!(strip_colors("\x1b[31mred\x1b[39m"), "red");
+        assert_eq!(strip_colors("\x1b[38;5;196;1mx"), "\x1b[1mx");
+        assert_eq!(strip_colors("\x1b[48;2;1;2;3mx"), "x");
+        assert_eq!(strip_colors("\x1b[2Kline"), "\x1b[2Kline", "not SGR");
+        assert_eq!(strip_colors("plain"), "plain");
+        assert_eq!(strip_colors("\x1b[mreset"), "\x1b[mreset");
+    }
 
     fn filtered(bytes: &[u8]) -> String {
         String::from_utf8(OutputFilter::default().filter(bytes)).unwrap()

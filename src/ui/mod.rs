@@ -267,6 +267,7 @@ pub fn run(
         rt.handle().clone(),
         tx,
     );
+    app.drawing_on_stdout();
     let size = term.size()?;
     app.first_tab(size);
     let result = app.run(&mut term, &rx);

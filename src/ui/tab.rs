@@ -17,6 +17,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::Ev;
 use crate::client::Launch;
 use crate::client::session::SessionAnchor;
+use crate::client::terminal::paint;
 use crate::coordinator::client::{self};
 use crate::coordinator::escalation::Prompt;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, read_frame, write_frame};
@@ -286,17 +287,17 @@ impl Tab {
     }
 
     pub fn progress(&self, step: &str) {
-        let line = format!(
+        let line = paint(&format!(
             "\x1b[2m[{:>5.1}s]\x1b[0m {}\r\n",
             self.started.elapsed().as_secs_f64(),
             crlf(step)
-        );
+        ));
         self.state.process(line.as_bytes());
     }
 
     pub fn failed(&mut self, why: &str) {
         self.state
-            .process(format!("\r\n\x1b[1;31mlazaret: {}\x1b[0m\r\n", crlf(why)).as_bytes());
+            .process(paint(&format!("\r\n\x1b[1;31mlazaret: {}\x1b[0m\r\n", crlf(why))).as_bytes());
         self.phase = Phase::Failed(why.to_string());
     }
 

@@ -1,0 +1,418 @@
+//! Drawing: the layout of a screen, the widgets on it, and the help text.
+
+use super::*;
+
+/// Where things go on a screen of `size`.
+pub(super) struct Areas {
+    pub(super) tabs: Rect,
+    pub(super) pane: Rect,
+    pub(super) panel: Option<Rect>,
+    pub(super) status: Rect,
+}
+
+/// The status line names each limit this host does not apply.
+pub(super) fn limit_gaps_text(d: &DomainStatus) -> String {
+    d.limit_gaps
+        .iter()
+        .map(|g| format!(" · {}", g.split(':').next().unwrap_or(g)))
+        .collect()
+}
+
+pub(super) fn pane_block(title: String, gvisor: Option<bool>, focused: bool) -> Block<'static> {
+    let style = match gvisor {
+        Some(false) => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        _ if focused => Style::new().fg(Color::Cyan),
+        _ => Style::new().fg(Color::DarkGray),
+    };
+    Block::bordered()
+        .border_type(BorderType::Rounded)
+        .border_style(style)
+        .title(title)
+}
+
+impl App {
+    pub(super) fn areas(&self, size: Size) -> Areas {
+        let full = Rect::new(0, 0, size.width, size.height);
+        if self.mode == Mode::Shell {
+            let [pane, status] =
+                Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(full);
+            return Areas {
+                tabs: Rect::default(),
+                pane,
+                panel: None,
+                status,
+            };
+        }
+        let [tabs, body, status] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Min(3),
+            Constraint::Length(1),
+        ])
+        .areas(full);
+        let (pane, panel) = match self.panel {
+            Some(_) if body.width >= 60 => {
+                // The network table's rule column needs the room.
+                let share = if self.panel == Some(Panel::Network) {
+                    55
+                } else {
+                    40
+                };
+                let [p, s] =
+                    Layout::horizontal([Constraint::Min(30), Constraint::Percentage(share)])
+                        .areas(body);
+                (p, Some(s))
+            }
+            _ => (body, None),
+        };
+        Areas {
+            tabs,
+            pane,
+            panel,
+            status,
+        }
+    }
+
+    /// The shell's part of the pane (inside the border, if any).
+    pub(super) fn pane_inner(&self) -> Rect {
+        let pane = self.areas(self.size).pane;
+        match self.mode {
+            Mode::Workbench => Block::bordered().inner(pane),
+            Mode::Shell => pane,
+        }
+    }
+
+    /// The PTY size for the current layout.
+    pub(super) fn pane_size(&self) -> (u16, u16) {
+        let inner = self.pane_inner();
+        (inner.height.max(1), inner.width.max(1))
+    }
+
+    pub(super) fn help_sections(&self) -> Vec<HelpSection> {
+        let p = &self.prefix_text;
+        let b = |keys: String, action: &str| KeyBinding {
+            keys,
+            action: action.into(),
+        };
+        let scroll = b(
+            "S-PgUp / S-PgDn, wheel".into(),
+            "scroll the pane's history (the wheel goes to programs that ask for the mouse)",
+        );
+        let modal = HelpSection {
+            title: "Approval modal".into(),
+            bindings: vec![
+                b("A".into(), "approve and run"),
+                b("D".into(), "deny (type an optional reason, Enter sends)"),
+                b(
+                    "E".into(),
+                    "edit the command, Enter approves it (re-checked)",
+                ),
+                b(
+                    "Q".into(),
+                    match self.mode {
+                        Mode::Workbench => "abort: deny, then quit (ends every session of this UI)",
+                        Mode::Shell => "abort: deny, then end this shell",
+                    },
+                ),
+                b("Up / Down / PgUp / PgDn".into(), "scroll the request"),
+            ],
+        };
+        if self.mode == Mode::Shell {
+            return vec![
+                HelpSection {
+                    title: "Shell".into(),
+                    bindings: vec![
+                        b(format!("{p} {p}"), "send the prefix key to the shell"),
+                        b(format!("{p} q"), "quit (ends this session)"),
+                        b(format!("{p} ?"), "this help (any key closes it)"),
+                        scroll,
+                    ],
+                },
+                modal,
+            ];
+        }
+        vec![
+            HelpSection {
+                title: "Tabs".into(),
+                bindings: vec![
+                    b(format!("{p} c"), "new tab: pick a profile and a workspace"),
+                    b(format!("{p} n / {p} p"), "next / previous tab"),
+                    b(format!("{p} 1..9"), "go to tab N"),
+                    b(format!("{p} x"), "close tab (ends its session)"),
+                    b(
+                        format!("{p} ,"),
+                        "rename tab (Enter to keep, Esc to cancel)",
+                    ),
+                    b(format!("{p} {p}"), "send the prefix key to the shell"),
+                    b(format!("{p} q"), "quit (ends every session of this UI)"),
+                    scroll,
+                ],
+            },
+            HelpSection {
+                title: "Panels".into(),
+                bindings: vec![
+                    b(
+                        format!("{p} s"),
+                        "sessions: every running domain of this user",
+                    ),
+                    b(
+                        format!("{p} w"),
+                        "network: the focused domain's live egress table",
+                    ),
+                    b(
+                        format!("{p} + / {p} -"),
+                        "allow / deny egress to a network, at once (focused domain)",
+                    ),
+                    b(format!("{p} e"), "escalation queue, with results"),
+                    b(format!("{p} a"), "audit trail of the focused tab's domain"),
+                    b(format!("{p} ?"), "this help (any key closes it)"),
+                ],
+            },
+            modal,
+        ]
+    }
+
+    pub(super) fn draw<B: Backend>(&mut self, term: &mut Terminal<B>) -> Result<()>
+    where
+        B::Error: Send + Sync + 'static,
+    {
+        self.dirty = false;
+        if let Ok(size) = term.size() {
+            self.size = size;
+        }
+        let (rows, cols) = self.pane_size();
+        for t in &self.tabs {
+            t.resize(rows, cols);
+        }
+        let areas = self.areas(self.size);
+        let infos: Vec<TabInfo> = self
+            .tabs
+            .iter()
+            .map(|t| TabInfo {
+                title: match &t.domain {
+                    Some(d) if d.degraded.is_some() => format!("{} !DEGRADED", t.title),
+                    _ => t.title.clone(),
+                },
+                pending: t.prompts.len(),
+            })
+            .collect();
+        let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
+            Some(d) if d.degraded.is_some() => format!(
+                "{} {} · !! DEGRADED ({}): self-test failed: {} !!",
+                d.profile,
+                d.hash,
+                d.runtime,
+                lazaret_widgets::visible::make_visible(d.degraded.as_deref().unwrap_or("")).0
+            ),
+            Some(d) if d.gvisor => format!(
+                "{} {} · gVisor ({}){}",
+                d.profile,
+                d.hash,
+                d.runtime,
+                limit_gaps_text(d)
+            ),
+            Some(d) => format!(
+                "{} {} · !! NOT gVisor: {} !! the agent shares the host kernel{}",
+                d.profile,
+                d.hash,
+                d.runtime,
+                limit_gaps_text(d)
+            ),
+            None => match &t.phase {
+                Phase::Failed(why) => format!(
+                    "{} · FAILED: {}",
+                    t.launch.label,
+                    why.lines().next().unwrap_or("")
+                ),
+                _ => format!("{} · starting", t.launch.label),
+            },
+        });
+        let message = match &self.input {
+            Some(Input { kind, text }) => Some(match kind {
+                InputKind::Rename => format!("rename tab: {text}_"),
+                InputKind::Allow => {
+                    format!(
+                        "allow egress to (address or CIDR; Enter applies, Esc cancels): {text}_"
+                    )
+                }
+                InputKind::Deny => {
+                    format!("deny egress to (address or CIDR; Enter applies, Esc cancels): {text}_")
+                }
+            }),
+            None => self.message.clone(),
+        };
+        // The network panel shows the focused tab's domain only.
+        let focused_hash = self
+            .tabs
+            .get(self.focus)
+            .map(|t| t.launch.ctx.anchor.hash().to_string());
+        let routes: Option<&[RouteRow]> = match &self.network {
+            Some((hash, table)) if Some(hash) == focused_hash.as_ref() => Some(&table.rows),
+            _ => None,
+        };
+        let help = self.help.then(|| self.help_sections());
+        let sessions: Vec<SessionRow> = self
+            .domains
+            .iter()
+            .map(|d| SessionRow {
+                domain: d.hash.clone(),
+                profile: d.profile.clone(),
+                workspace: d.workspace.clone(),
+                runtime: d.runtime.clone(),
+                gvisor: d.gvisor,
+                sessions: d.sessions.len(),
+                uptime: Duration::from_secs(d.uptime),
+            })
+            .collect();
+        let escalations: Vec<EscalationRow> = self
+            .seen
+            .iter()
+            .map(|s| EscalationRow {
+                id: s.id.clone(),
+                tab: s.tab.clone(),
+                age: s.arrived.elapsed(),
+                command: match s.copies {
+                    0 => s.command.clone(),
+                    n => format!("{}  (×{})", s.command, n + 1),
+                },
+                status: s.status.clone(),
+            })
+            .collect();
+        let mode = self.mode;
+        let typing = self.input.is_some();
+        let new_tab = self.new_tab.as_ref();
+        let stdout_sync = self.stdout_terminal;
+        if stdout_sync {
+            let _ = ratatui::crossterm::execute!(
+                std::io::stdout(),
+                ratatui::crossterm::terminal::BeginSynchronizedUpdate
+            );
+        }
+        let focus = self.focus;
+        let armed = self.armed;
+        let prefix = self.prefix_text.clone();
+        let panel = self.panel;
+        let audit = &self.audit;
+        let tabs = &mut self.tabs;
+        let shown_modal = &mut self.shown_modal;
+        let redraw_at = &mut self.redraw_at;
+        let mut cursor_style = None;
+        let no_color = crate::client::terminal::no_color();
+        term.draw(|f| {
+            if mode == Mode::Workbench {
+                f.render_widget(TabBar::new(&infos, focus), areas.tabs);
+            }
+            if let Some(tab) = tabs.get_mut(focus) {
+                // A degraded sandbox is drawn like one without gVisor: red.
+                let gvisor = tab
+                    .domain
+                    .as_ref()
+                    .map(|d| d.gvisor && d.degraded.is_none());
+                let title = match (&tab.domain, &tab.phase) {
+                    (_, Phase::Failed(_)) => format!(" {} · failed ", tab.title),
+                    (Some(d), _) if d.degraded.is_some() => {
+                        format!(" {} · DEGRADED: self-test failed ", tab.title)
+                    }
+                    (Some(d), _) if !d.gvisor => {
+                        format!(" {} · NOT gVisor: {} ", tab.title, d.runtime)
+                    }
+                    (Some(d), _) if d.profile == tab.title => format!(" {} ", tab.title),
+                    (Some(d), _) => format!(" {} · {} ", tab.title, d.profile),
+                    (None, _) => format!(" {} · booting ", tab.title),
+                };
+                let modal_open = !tab.prompts.is_empty();
+                tab.state.with_screen(|s| {
+                    let pane = match mode {
+                        Mode::Workbench => {
+                            TerminalPane::new(s).block(pane_block(title, gvisor, true))
+                        }
+                        Mode::Shell => TerminalPane::new(s),
+                    };
+                    if !modal_open
+                        && !self.help
+                        && new_tab.is_none()
+                        && let Some(pos) = pane.cursor(areas.pane)
+                    {
+                        f.set_cursor_position(pos);
+                        cursor_style = Some(pane.cursor_style());
+                    }
+                    f.render_widget(pane, areas.pane);
+                });
+                if let Some(p) = tab.prompts.front_mut() {
+                    let key = (tab.id, p.prompt.request_id.clone());
+                    if shown_modal.as_ref() != Some(&key) {
+                        p.opened = Some(Instant::now());
+                        *shown_modal = Some(key);
+                    }
+                    let held_until = p.opened.map(|t| t + MODAL_ARM);
+                    let held = held_until.is_some_and(|t| t > Instant::now());
+                    if held {
+                        *redraw_at = held_until;
+                    }
+                    let modal = match &p.mode {
+                        ModalMode::Reading => ApprovalModal::new(&p.request).held(held),
+                        ModalMode::Editing(ed) => ApprovalModal::new(&p.request).editing(ed),
+                        ModalMode::Reason(ed) => ApprovalModal::new(&p.request).denying(ed),
+                    };
+                    f.render_stateful_widget(modal, areas.pane, &mut p.view);
+                } else {
+                    *shown_modal = None;
+                }
+            }
+            if let (Some(panel), Some(area)) = (panel, areas.panel) {
+                match panel {
+                    Panel::Sessions => f.render_widget(SessionsPanel::new(&sessions), area),
+                    Panel::Network => f.render_widget(
+                        match routes {
+                            Some(rows) => NetworkPanel::new(rows),
+                            None => NetworkPanel::new(&[]).waiting(
+                                "reading the live table of the focused domain (once it is up)…",
+                            ),
+                        },
+                        area,
+                    ),
+                    Panel::Escalations => {
+                        f.render_widget(EscalationsPanel::new(&escalations), area);
+                    }
+                    Panel::Audit => f.render_widget(AuditPanel::new(audit), area),
+                }
+            }
+            f.render_widget(
+                StatusLine {
+                    prefix: &prefix,
+                    prefix_armed: armed,
+                    // While the human types a line, it has the whole width.
+                    domain: domain_text.as_deref().filter(|_| !typing),
+                    message: message.as_deref(),
+                },
+                areas.status,
+            );
+            if let Some(form) = new_tab {
+                f.render_widget(NewTabDialog::new(form), f.area());
+            }
+            if let Some(h) = &help {
+                f.render_widget(HelpOverlay::new(h), f.area());
+            }
+            if no_color {
+                // NO_COLOR: every colour goes, attributes (bold, reverse)
+                // stay, so focus and the modal still stand out.
+                for cell in f.buffer_mut().content.iter_mut() {
+                    cell.set_fg(Color::Reset).set_bg(Color::Reset);
+                }
+            }
+        })?;
+        if stdout_sync {
+            // The shape the focused child asked for (DECSCUSR).
+            if let Some(style) = cursor_style
+                && self.cursor_style != Some(style)
+            {
+                let _ = ratatui::crossterm::execute!(std::io::stdout(), style);
+                self.cursor_style = Some(style);
+            }
+            let _ = ratatui::crossterm::execute!(
+                std::io::stdout(),
+                ratatui::crossterm::terminal::EndSynchronizedUpdate
+            );
+        }
+        Ok(())
+    }
+}

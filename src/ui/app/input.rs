@@ -1,0 +1,407 @@
+//! Input routing: the help overlay, the new-tab dialog and the status-line
+//! prompt take keys first, then the approval modal (first refusal: a key it
+//! consumes never reaches the shell), then the prefix key's commands, and
+//! only then the focused pane.
+
+use lazaret_widgets::modal::ReadingKey;
+
+use super::*;
+
+impl App {
+    /// The mouse goes to the child only when it asked for it; otherwise
+    /// the wheel scrolls the pane's history.
+    pub(super) fn mouse(&mut self, m: &MouseEvent) {
+        let inner = Block::bordered().inner(self.areas(self.size).pane);
+        let Some(tab) = self.tabs.get(self.focus) else {
+            return;
+        };
+        if !tab.prompts.is_empty() || self.help {
+            return;
+        }
+        let modes = tab.state.input_modes();
+        if let Some(bytes) = encode_mouse(m, inner, modes) {
+            tab.write(&bytes);
+            return;
+        }
+        match m.kind {
+            MouseEventKind::ScrollUp => {
+                tab.state.scroll_up(3);
+                self.dirty = true;
+            }
+            MouseEventKind::ScrollDown => {
+                tab.state.scroll_down(3);
+                self.dirty = true;
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn paste(&mut self, text: &str) {
+        self.dirty = true;
+        if let Some(form) = self.new_tab.as_mut() {
+            form.paste(text);
+            return;
+        }
+        // The status-line prompt ("allow egress to:") is one line: a paste
+        // lands in it up to its first line break, never in the shell.
+        if let Some(input) = self.input.as_mut() {
+            let line = text.split(['\r', '\n']).next().unwrap_or_default();
+            input.text.extend(line.chars().filter(|c| !c.is_control()));
+            return;
+        }
+        let Some(tab) = self.tabs.get_mut(self.focus) else {
+            return;
+        };
+        if let Some(p) = tab.prompts.front_mut() {
+            if let ModalMode::Editing(ed) | ModalMode::Reason(ed) = &mut p.mode {
+                ed.paste(text);
+            }
+            return;
+        }
+        let modes = tab.state.input_modes();
+        tab.state.scroll_to_bottom();
+        tab.write(&encode_paste(text, modes));
+    }
+
+    pub(super) fn key(&mut self, key: KeyEvent) {
+        self.dirty = true;
+        self.message = None;
+        if self.help {
+            self.help = false;
+            return;
+        }
+        if self.new_tab.is_some() {
+            self.new_tab_key(key);
+            return;
+        }
+        if let Some(input) = self.input.as_mut() {
+            match key.code {
+                KeyCode::Enter => {
+                    let kind = input.kind;
+                    let text = std::mem::take(&mut input.text);
+                    self.input = None;
+                    self.submit(kind, text.trim());
+                }
+                KeyCode::Esc => self.input = None,
+                KeyCode::Backspace => {
+                    input.text.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() => input.text.push(c),
+                _ => {}
+            }
+            return;
+        }
+        if self.armed {
+            self.armed = false;
+            self.command(key);
+            return;
+        }
+        if self.modal_key(key) {
+            return;
+        }
+        if key_matches(&key, &self.prefix) {
+            self.armed = true;
+            return;
+        }
+        let Some(tab) = self.tabs.get(self.focus) else {
+            return;
+        };
+        if !tab.prompts.is_empty() {
+            // Nothing reaches the shell under the modal.
+            return;
+        }
+        match (key.code, key.modifiers) {
+            (KeyCode::PageUp, KeyModifiers::SHIFT) => {
+                let rows = tab.state.size().0 as usize / 2;
+                tab.state.scroll_up(rows.max(1));
+            }
+            (KeyCode::PageDown, KeyModifiers::SHIFT) => {
+                let rows = tab.state.size().0 as usize / 2;
+                tab.state.scroll_down(rows.max(1));
+            }
+            _ => {
+                tab.state.scroll_to_bottom();
+                tab.write(&encode_key(&key, tab.state.input_modes()));
+            }
+        }
+    }
+
+    /// The new-tab dialog, on the focused tab's profile and workspace.
+    pub(super) fn open_new_tab_form(&mut self) {
+        let current = self
+            .tabs
+            .get(self.focus)
+            .map_or(&self.launch, |t| &t.launch);
+        let profiles: Vec<ProfileChoice> = self
+            .launcher
+            .config
+            .profiles
+            .values()
+            .map(|p| {
+                let gvisor = p.runtime == crate::config::Runtime::Runsc;
+                ProfileChoice {
+                    name: p.name.clone(),
+                    runtime: if gvisor {
+                        "gVisor (runsc)".into()
+                    } else {
+                        p.runtime.as_str().into()
+                    },
+                    gvisor,
+                    command: p
+                        .command
+                        .as_ref()
+                        .map_or_else(|| "login shell".into(), shell_words::join),
+                }
+            })
+            .collect();
+        let selected = profiles
+            .iter()
+            .position(|p| p.name == current.profile)
+            .unwrap_or(0);
+        let workspace = current.ctx.anchor.workspace().display().to_string();
+        self.new_tab = Some(NewTabForm::new(profiles, selected, &workspace));
+    }
+
+    /// A key for the open new-tab dialog.
+    pub(super) fn new_tab_key(&mut self, key: KeyEvent) {
+        let Some(form) = self.new_tab.as_mut() else {
+            return;
+        };
+        match form.handle_key(key) {
+            FormOutcome::Editing => {}
+            FormOutcome::Cancel => self.new_tab = None,
+            FormOutcome::Submit { profile, workspace } => {
+                // `~/x` as a shell would have it.
+                let path = match (workspace.strip_prefix("~/"), std::env::var_os("HOME")) {
+                    (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
+                    _ => std::path::PathBuf::from(&workspace),
+                };
+                match self.launcher.launch(Some(&profile), &path) {
+                    Ok(launch) => {
+                        self.new_tab = None;
+                        self.open_tab(&launch);
+                    }
+                    Err(e) => form.set_error(format!("{e:#}")),
+                }
+            }
+        }
+    }
+
+    /// A line typed in the status line, Enter pressed.
+    pub(super) fn submit(&mut self, kind: InputKind, text: &str) {
+        match kind {
+            InputKind::Rename => {
+                if let Some(t) = self.tabs.get_mut(self.focus)
+                    && !text.is_empty()
+                {
+                    t.title = text.to_string();
+                }
+            }
+            InputKind::Allow | InputKind::Deny => {
+                if text.is_empty() {
+                    return;
+                }
+                // A bare address means just that host; a name goes to the
+                // sidecar's resolver (decisions.md D11).
+                match crate::net::Target::parse(text) {
+                    Ok(target) => {
+                        self.message = Some(format!("applying {target}…"));
+                        self.refresh_network(Some((target, kind == InputKind::Allow)));
+                    }
+                    Err(e) => self.message = Some(format!("not a network or name: {e}")),
+                }
+            }
+        }
+    }
+
+    /// Lazaret's commands, after the prefix.
+    pub(super) fn command(&mut self, key: KeyEvent) {
+        if key_matches(&key, &self.prefix) {
+            // The prefix twice: the key itself, for the shell.
+            if let Some(t) = self.tabs.get(self.focus) {
+                t.write(&encode_key(&self.prefix, t.state.input_modes()));
+            }
+            return;
+        }
+        let n = self.tabs.len();
+        let before = self.focus;
+        self.command_key(key, n);
+        if self.focus != before {
+            match self.panel {
+                Some(Panel::Audit) => {
+                    if let Some(t) = self.tabs.get(self.focus) {
+                        t.send(ClientMsg::Audit);
+                    }
+                }
+                Some(Panel::Network) => self.refresh_network(None),
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn command_key(&mut self, key: KeyEvent, n: usize) {
+        if self.mode == Mode::Shell {
+            // One pane: no tabs, no panels.
+            match key.code {
+                KeyCode::Char('?') => self.help = true,
+                KeyCode::Char('q') => self.quit = true,
+                _ => {}
+            }
+            return;
+        }
+        let typing = |kind| {
+            Some(Input {
+                kind,
+                text: String::new(),
+            })
+        };
+        match key.code {
+            KeyCode::Char('c') => self.open_new_tab_form(),
+            KeyCode::Char('n') if n > 0 => self.focus = (self.focus + 1) % n,
+            KeyCode::Char('p') if n > 0 => self.focus = (self.focus + n - 1) % n,
+            KeyCode::Char(d @ '1'..='9') => {
+                let i = d as usize - '1' as usize;
+                if i < n {
+                    self.focus = i;
+                }
+            }
+            KeyCode::Char('x') => self.close_tab(self.focus),
+            KeyCode::Char(',') => self.input = typing(InputKind::Rename),
+            KeyCode::Char('+') => self.input = typing(InputKind::Allow),
+            KeyCode::Char('-') => self.input = typing(InputKind::Deny),
+            KeyCode::Char('w') => self.toggle(Panel::Network),
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char('q') => self.quit = true,
+            KeyCode::Char('s') => self.toggle(Panel::Sessions),
+            KeyCode::Char('e') => self.toggle(Panel::Escalations),
+            KeyCode::Char('a') => self.toggle(Panel::Audit),
+            _ => {}
+        }
+    }
+
+    pub(super) fn toggle(&mut self, panel: Panel) {
+        self.panel = if self.panel == Some(panel) {
+            None
+        } else {
+            Some(panel)
+        };
+        self.next_refresh = None;
+        if let Some(Panel::Audit) = self.panel
+            && let Some(t) = self.tabs.get(self.focus)
+        {
+            t.send(ClientMsg::Audit);
+        }
+        self.refresh_panel();
+    }
+
+    /// The approval modal of the focused tab gets keys first; `true` when
+    /// it consumed the key.
+    pub(super) fn modal_key(&mut self, key: KeyEvent) -> bool {
+        let Some(tab) = self.tabs.get_mut(self.focus) else {
+            return false;
+        };
+        let title = tab.title.clone();
+        let Some(p) = tab.prompts.front_mut() else {
+            return false;
+        };
+        let verdict = match &mut p.mode {
+            ModalMode::Editing(ed) => match ed.handle_key(key) {
+                EditOutcome::Editing => return true,
+                EditOutcome::Cancel => {
+                    p.mode = ModalMode::Reading;
+                    return true;
+                }
+                EditOutcome::Submit(text) if text.trim().is_empty() => return true,
+                EditOutcome::Submit(text) => {
+                    if ed.changed() {
+                        Verdict::Edit { command: text }
+                    } else {
+                        Verdict::Approve
+                    }
+                }
+            },
+            ModalMode::Reason(ed) => match ed.handle_key(key) {
+                EditOutcome::Editing => return true,
+                EditOutcome::Cancel => {
+                    p.mode = ModalMode::Reading;
+                    return true;
+                }
+                EditOutcome::Submit(text) => Verdict::Deny {
+                    reason: (!text.trim().is_empty()).then_some(text),
+                },
+            },
+            ModalMode::Reading => {
+                let action = ReadingKey::of(&key);
+                if action == ReadingKey::NotMine {
+                    return false;
+                }
+                if p.opened.is_none_or(|t| t.elapsed() < MODAL_ARM) {
+                    // Held: swallowed, neither an answer nor shell input.
+                    return true;
+                }
+                // A and E only once the whole request has been on screen.
+                if action.needs_whole_request() && !p.view.seen_whole_request() {
+                    self.message = Some(
+                        "the request is longer than the modal: scroll to its end (↓ or PgDn) before A or E"
+                            .into(),
+                    );
+                    return true;
+                }
+                match action {
+                    ReadingKey::Approve => Verdict::Approve,
+                    ReadingKey::Abort => Verdict::Abort,
+                    ReadingKey::Deny => {
+                        p.mode = ModalMode::Reason(CommandEditor::reason());
+                        return true;
+                    }
+                    ReadingKey::Edit => {
+                        p.mode = ModalMode::Editing(CommandEditor::new(&p.prompt.command));
+                        return true;
+                    }
+                    ReadingKey::ScrollUp(rows) => {
+                        p.view.scroll_up(rows);
+                        return true;
+                    }
+                    ReadingKey::ScrollDown(rows) => {
+                        p.view.scroll_down(rows);
+                        return true;
+                    }
+                    ReadingKey::Swallow | ReadingKey::NotMine => return true,
+                }
+            }
+        };
+        let request_id = p.prompt.request_id.clone();
+        let answered: Vec<String> = p.ids().cloned().collect();
+        tab.prompts.pop_front();
+        // One decision answers the identical copies too.
+        for id in answered {
+            tab.send(ClientMsg::Decision {
+                request_id: id,
+                verdict: verdict.clone(),
+            });
+        }
+        let status = match &verdict {
+            Verdict::Approve | Verdict::Edit { .. } => EscalationStatus::Running,
+            Verdict::Deny { reason } => EscalationStatus::Denied {
+                reason: reason.clone(),
+            },
+            Verdict::Abort => EscalationStatus::Denied {
+                reason: Some("aborted".into()),
+            },
+        };
+        self.set_status(&request_id, status);
+        self.message = Some(match &verdict {
+            Verdict::Approve => format!("tab {title}: approved"),
+            Verdict::Edit { .. } => format!("tab {title}: edited and approved"),
+            Verdict::Deny { .. } => format!("tab {title}: denied"),
+            Verdict::Abort => format!("tab {title}: aborted"),
+        });
+        if verdict == Verdict::Abort {
+            // Spec §5.2: abort ends the orchestrator, gracefully: every
+            // session of this UI closes (their other requests are denied by
+            // the coordinator), and with the last one the domain goes.
+            self.quit = true;
+        }
+        true
+    }
+}
