@@ -1,6 +1,7 @@
 //! Commands that go through the Session Coordinator: shell, exec, status,
 //! down, audit, and the hidden `coordinator` entry point itself.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -15,7 +16,7 @@ use crate::config::{Config, HostVars, ResolvedProfile};
 use crate::coordinator::client::{self, ClientError, DomainContext, Hello};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, PROTOCOL_VERSION, read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, read_frame, write_frame,
 };
 use crate::coordinator::store::{Store, Verification};
 use crate::engine::Engine;
@@ -309,6 +310,8 @@ fn run_in_sandbox(
         // After the exec ends, what it wrote last is still read, briefly.
         let mut drain_until = None;
         let mut listening = true;
+        // Messages read while a prompt was up, in order.
+        let mut queued = VecDeque::new();
         loop {
             if let Some(s) = status
                 && out.is_none()
@@ -335,11 +338,17 @@ fn run_in_sandbox(
                 _ = term.recv() => return Ok(Ended::Signal(child, SIGTERM)),
                 _ = hup.recv() => return Ok(Ended::Signal(child, SIGHUP)),
                 _ = int.recv() => return Ok(Ended::Signal(child, SIGINT)),
-                msg = read_frame::<_, CoordMsg>(&mut client.stream), if listening => match msg {
+                msg = next_msg(&mut queued, &mut client.stream), if listening => match msg {
                     Ok(CoordMsg::Prompt { prompt }) => {
-                        let verdict = match super::prompt::open_tty() {
-                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }, &stop),
-                            None => Verdict::Deny { reason: Some("no terminal to ask on".into()) },
+                        let Some(t) = super::prompt::open_tty() else {
+                            let verdict = Verdict::Deny { reason: Some("no terminal to ask on".into()) };
+                            let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
+                            continue;
+                        };
+                        let pid = if tty { child.id() } else { None };
+                        let Some(verdict) = ask_listening(prompt.clone(), t, pid, &stop, &mut client.stream, &mut queued).await else {
+                            // Withdrawn: nobody waits for an answer.
+                            continue;
                         };
                         let abort = verdict == Verdict::Abort;
                         let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
@@ -347,6 +356,12 @@ fn run_in_sandbox(
                             let _ = child.kill().await;
                         }
                     }
+                    // Withdrawn before its prompt was shown (it waited
+                    // behind another): it is simply not asked.
+                    Ok(CoordMsg::Withdrawn { request_id, reason }) => {
+                        eprint!("\r\nlazaret: request {} withdrawn: {}; nothing runs\r\n", visible(&request_id), visible(&reason));
+                    }
+                    Ok(CoordMsg::Warning { message }) => eprint!("\r\nlazaret: !! {}\r\n", visible(&message)),
                     // The domain is going down: the sandbox ends, and with
                     // it this exec.
                     Ok(CoordMsg::ShuttingDown) => listening = false,
@@ -405,6 +420,77 @@ fn run_in_sandbox(
 enum Ended {
     Exited(std::process::ExitStatus),
     Signal(tokio::process::Child, i32),
+}
+
+/// The next message from the coordinator: one read while a prompt was up
+/// first.
+async fn next_msg(
+    queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
+    stream: &mut tokio::net::UnixStream,
+) -> Result<CoordMsg, FrameError> {
+    match queued.pop_front() {
+        Some(msg) => msg,
+        None => read_frame(stream).await,
+    }
+}
+
+/// Asks the human about `prompt` on `tty` while still listening to the
+/// coordinator: a withdrawal of this request (its requester went away)
+/// ends the prompt with a note and gives `None`, as does losing the
+/// coordinator (the answer has nowhere to go). Other messages are kept in
+/// `queued`; a queued prompt withdrawn meanwhile is dropped from it.
+async fn ask_listening(
+    prompt: crate::coordinator::escalation::Prompt,
+    tty: std::fs::File,
+    child: Option<u32>,
+    stop: &Arc<AtomicBool>,
+    stream: &mut tokio::net::UnixStream,
+    queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
+) -> Option<Verdict> {
+    let withdrawal = Arc::new(super::prompt::Withdrawal::default());
+    let request_id = prompt.request_id.clone();
+    let task = tokio::task::spawn_blocking({
+        let (stop, withdrawal) = (Arc::clone(stop), Arc::clone(&withdrawal));
+        move || super::prompt::ask(&prompt, tty, child, &stop, &withdrawal)
+    });
+    tokio::pin!(task);
+    let mut reading = true;
+    let verdict = loop {
+        tokio::select! {
+            v = &mut task => break v.unwrap_or(Verdict::Deny {
+                reason: Some("the prompt failed".into()),
+            }),
+            msg = read_frame::<_, CoordMsg>(stream), if reading => {
+                let why = match msg {
+                    Ok(CoordMsg::Withdrawn { request_id: id, reason }) if id == request_id => Some(reason),
+                    Ok(CoordMsg::Withdrawn { request_id: id, reason }) => {
+                        let before = queued.len();
+                        queued.retain(|m| !matches!(m, Ok(CoordMsg::Prompt { prompt }) if prompt.request_id == id));
+                        if queued.len() == before {
+                            queued.push_back(Ok(CoordMsg::Withdrawn { request_id: id, reason }));
+                        }
+                        None
+                    }
+                    Ok(other) => {
+                        queued.push_back(Ok(other));
+                        None
+                    }
+                    Err(e) => {
+                        reading = false;
+                        queued.push_back(Err(e));
+                        Some("the Session Coordinator went away".to_string())
+                    }
+                };
+                if let Some(why) = why
+                    && let Ok(mut w) = withdrawal.lock()
+                {
+                    *w = Some(why);
+                }
+            }
+        }
+    };
+    let gone = withdrawal.lock().map_or(true, |w| w.is_some());
+    (!gone).then_some(verdict)
 }
 
 /// Reads what `r` has, or waits forever once it is closed (`None`).
