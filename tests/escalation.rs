@@ -934,7 +934,7 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
     t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
     t.line(&format!(
         "clear; cd /workspace/sub; ({ESC} --justify swap-test -- cat marker; echo FIRST=$?) >/tmp/first 2>&1 & \
-         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
+         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing$i; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
          wait; echo ALL-DONE"
     ));
     let s = t.wait_for(20, "the modal", |s| modal_with(s, "swap-test"));
