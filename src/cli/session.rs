@@ -357,7 +357,7 @@ fn run_in_sandbox(
                         }
                     }
                     // Withdrawn before its prompt was shown (it waited
-                    // behind another): it is simply not asked.
+                    // behind another, and is not asked): a note.
                     Ok(CoordMsg::Withdrawn { request_id, reason }) => {
                         eprint!("\r\nlazaret: request {} withdrawn: {}; nothing runs\r\n", visible(&request_id), visible(&reason));
                     }
@@ -464,11 +464,9 @@ async fn ask_listening(
                 let why = match msg {
                     Ok(CoordMsg::Withdrawn { request_id: id, reason }) if id == request_id => Some(reason),
                     Ok(CoordMsg::Withdrawn { request_id: id, reason }) => {
-                        let before = queued.len();
+                        // Never asked; its note shows after this prompt.
                         queued.retain(|m| !matches!(m, Ok(CoordMsg::Prompt { prompt }) if prompt.request_id == id));
-                        if queued.len() == before {
-                            queued.push_back(Ok(CoordMsg::Withdrawn { request_id: id, reason }));
-                        }
+                        queued.push_back(Ok(CoordMsg::Withdrawn { request_id: id, reason }));
                         None
                     }
                     Ok(other) => {
