@@ -70,6 +70,10 @@ fn exec_guards_the_terminal(profile: &'static str) {
     );
     let s = t.wait_for(60, "the check of the input", |s| s.contains("INPUT-END"));
     assert!(s.contains("EXIT=0"), "{s}");
+    // What follows Lazaret comes below its output, not over it (resetting
+    // origin mode alone would have moved the cursor to the top).
+    let row = |marker: &str| s.lines().position(|l| l.contains(marker));
+    assert!(row("after-attack") < row("EXIT=0"), "{s}");
     assert!(
         !s.contains("INPUT:"),
         "replies reached the host shell:\n{s}"

@@ -530,7 +530,18 @@ impl TerminalGuard {
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
         if let Some(mut tty) = super::prompt::open_tty() {
-            let _ = tty.write_all(super::terminal::RESET_MODES.as_bytes());
+            // Resetting origin mode moves the cursor to the top left: the
+            // cursor is saved around the reset, so the shell's next prompt
+            // comes below the output instead of over its first line. The
+            // restore brings back the saved colours and character set too:
+            // those are reset again after it (neither moves the cursor).
+            let _ = tty.write_all(
+                format!(
+                    "\x1b7{}\x1b8\x1b[0m\x1b(B\x0f",
+                    super::terminal::RESET_MODES
+                )
+                .as_bytes(),
+            );
             let _ = tty.flush();
             super::terminal::flush_input(&tty);
         }
