@@ -37,20 +37,7 @@ fn exec(d: &Domain, script: &str) -> (i32, String, String) {
 }
 
 fn holder(d: &Domain) -> Child {
-    let child = d
-        .cmd_raw(STANDARD_PATH, &["exec", d.profile, "--", "sleep", "300"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while d.containers().len() < 2 {
-        assert!(Instant::now() < deadline, "the domain never came up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The escalation socket is bound before the sandbox starts.
-    child
+    holder_env(d, &[])
 }
 
 fn stop(mut c: Child) {
@@ -616,19 +603,27 @@ fn send_in_thread(
     })
 }
 
-/// The next `Prompt` on `c`'s control connection.
-fn next_prompt(c: &mut HostClient) -> lazaret::coordinator::escalation::Prompt {
+/// The first message on `c`'s control connection that `pick` takes,
+/// within 20 seconds.
+fn next_message<T>(c: &mut HostClient, what: &str, pick: impl Fn(CoordMsg) -> Option<T>) -> T {
     c.rt.block_on(async {
         loop {
-            match tokio::time::timeout(Duration::from_secs(20), read_frame(&mut c._control))
+            let msg = tokio::time::timeout(Duration::from_secs(20), read_frame(&mut c._control))
                 .await
-                .expect("no prompt within 20 s")
-                .unwrap()
-            {
-                CoordMsg::Prompt { prompt } => return prompt,
-                _ => continue,
+                .unwrap_or_else(|_| panic!("no {what} within 20 s"))
+                .unwrap();
+            if let Some(v) = pick(msg) {
+                return v;
             }
         }
+    })
+}
+
+/// The next `Prompt` on `c`'s control connection.
+fn next_prompt(c: &mut HostClient) -> lazaret::coordinator::escalation::Prompt {
+    next_message(c, "prompt", |m| match m {
+        CoordMsg::Prompt { prompt } => Some(prompt),
+        _ => None,
     })
 }
 
@@ -679,17 +674,9 @@ fn prompts_belong_to_the_session_they_were_sent_to() {
     let prompt = next_prompt(&mut other);
     assert_eq!(prompt.request_id, req.request_id);
     assert!(requester.join().unwrap().is_none());
-    let withdrawn = other.rt.block_on(async {
-        loop {
-            match tokio::time::timeout(Duration::from_secs(20), read_frame(&mut other._control))
-                .await
-                .expect("no withdrawal within 20 s")
-                .unwrap()
-            {
-                CoordMsg::Withdrawn { request_id, .. } => return request_id,
-                _ => continue,
-            }
-        }
+    let withdrawn = next_message(&mut other, "withdrawal", |m| match m {
+        CoordMsg::Withdrawn { request_id, .. } => Some(request_id),
+        _ => None,
     });
     assert_eq!(withdrawn, req.request_id);
     other.rt.block_on(async {
@@ -945,7 +932,7 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
     t.wait_for(60, "the sandbox shell", |s| s.contains("root@"));
     t.line(&format!(
         "clear; cd /workspace/sub; ({ESC} --justify swap-test -- cat marker; echo FIRST=$?) >/tmp/first 2>&1 & \
-         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
+         sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing$i; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
          wait; echo ALL-DONE"
     ));
     let s = t.wait_for(20, "the modal", |s| modal_with(s, "swap-test"));
@@ -1085,4 +1072,118 @@ fn credentials_are_renewed_while_the_session_lives_and_never_in_the_environment(
         decisions(&audit_kinds(&d)),
         vec!["auto-approved", "auto-approved"]
     );
+}
+
+/// A session that holds the domain up; it starts the domain's coordinator
+/// with `env`.
+fn holder_env(d: &Domain, env: &[(&str, &str)]) -> Child {
+    let child = d
+        .cmd_raw_env(
+            STANDARD_PATH,
+            env,
+            &["exec", d.profile, "--", "sleep", "300"],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.containers().len() < 2 {
+        assert!(Instant::now() < deadline, "the domain never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The escalation socket is bound before the sandbox starts.
+    child
+}
+
+/// A long day (issue 14): the sandbox's certificate and the socket's are
+/// renewed at half their lifetime while sessions are attached. With a
+/// 4-second lifetime, a request 9 seconds in succeeds from the host and
+/// from inside the sandbox, while the certificate it started with is
+/// refused by then (it expired).
+fn certificates_are_renewed_before_they_expire(profile: &'static str) {
+    let d = Domain::new(profile);
+    let h = holder_env(&d, &[("LAZARET_CERT_LIFETIME_SECS", "4")]);
+    let c = HostClient::new(&d);
+    let original = c.config();
+    let user = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
+    let ran_as_user = |r: Response| {
+        assert_eq!(
+            (r.status, r.exit_code),
+            (Status::Approved, Some(0)),
+            "{r:?}"
+        );
+        assert_eq!(r.stdout.trim(), user);
+    };
+    ran_as_user(c.send(&c.request("id -un")).expect("an answer"));
+    std::thread::sleep(Duration::from_secs(9));
+    let stale = c.send_raw(
+        original,
+        &serde_json::to_vec(&c.request("id -un")).unwrap(),
+        None,
+    );
+    assert!(
+        stale.is_none(),
+        "an expired certificate was accepted: {stale:?}"
+    );
+    ran_as_user(c.send(&c.request("id -un")).expect("an answer"));
+    // The real client in the sandbox reads the renewed files.
+    let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(out.trim(), user);
+    let records = audit_kinds(&d);
+    let renewals = records
+        .iter()
+        .filter(|r| r["kind"] == "certificates-renewed")
+        .count();
+    assert!(renewals >= 3, "{renewals} renewals in 9+ seconds");
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["kind"] == "certificate-renewal-failed")
+    );
+    drop(c);
+    stop(h);
+}
+
+#[test]
+fn certificates_are_renewed_before_they_expire_gvisor() {
+    certificates_are_renewed_before_they_expire("gv");
+}
+
+#[test]
+fn certificates_are_renewed_before_they_expire_runc() {
+    certificates_are_renewed_before_they_expire("rc");
+}
+
+/// A renewal that fails is not silent: it is audited and every attached
+/// human is told (the certs folder is made unwritable for the renewal by
+/// a directory where its temporary file goes).
+#[test]
+fn a_failed_certificate_renewal_is_told_to_the_humans() {
+    let d = Domain::new("rc");
+    let h = holder_env(&d, &[("LAZARET_CERT_LIFETIME_SECS", "4")]);
+    let mut c = HostClient::with(&d, true);
+    std::fs::create_dir(c.certs.join(format!(".{}.tmp", trust::CA_CERT_FILE))).unwrap();
+    let message = next_message(&mut c, "warning", |m| match m {
+        CoordMsg::Warning { message } => Some(message),
+        _ => None,
+    });
+    assert!(
+        message.contains("cannot renew the sandbox's escalation certificate"),
+        "{message}"
+    );
+    let records = audit_kinds(&d);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "certificate-renewal-failed"),
+        "{records:?}"
+    );
+    drop(c);
+    stop(h);
 }

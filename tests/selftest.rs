@@ -322,3 +322,56 @@ fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
     let (_, version, _) = d.sh("cat /proc/version");
     assert!(!version.contains("4.4.0 #1 SMP Sun Jan 10"), "{version}");
 }
+
+/// The sandbox's resolver (issue 17): the self-test proves, without
+/// asking anything outside, that the sandbox's resolv.conf names the
+/// sidecar's resolver, which refuses a name the policy denies and answers
+/// one it allows; a sandbox whose resolv.conf points elsewhere (DNS around
+/// the policy) fails the check.
+fn the_resolver_is_checked(profile: &'static str) {
+    let d = Domain::new(profile);
+    let config = std::fs::read_to_string(d.s.path().join("config.toml")).unwrap();
+    d.s.write(
+        "config.toml",
+        &config.replacen(
+            "default_deny = []\n",
+            "default_deny = []\nallow_domains = [\"*.lazaret.test\"]\n",
+            1,
+        ),
+    );
+    d.up();
+    let (ok, report) = doctor_sandbox(&d, profile);
+    assert!(ok, "{report}");
+    assert!(
+        line(&report, "ok", "dns resolver").contains("127.0.0.53"),
+        "{report}"
+    );
+    line(&report, "ok", "dns refuses lazaret-selftest.invalid");
+    line(&report, "ok", "dns answers lazaret-selftest.lazaret.test");
+
+    let out = podman(&[
+        "exec",
+        "--privileged",
+        &d.sandbox(),
+        "sh",
+        "-c",
+        "echo nameserver 10.0.2.3 > /etc/resolv.conf",
+    ]);
+    assert!(out.status.success(), "resolv.conf: {}", text(&out).1);
+    let (ok, report) = doctor_sandbox(&d, profile);
+    assert!(!ok, "{report}");
+    assert!(
+        line(&report, "FAIL", "dns resolver").contains("not the sidecar's resolver"),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_resolver_is_checked_gvisor() {
+    the_resolver_is_checked("gv");
+}
+
+#[test]
+fn the_resolver_is_checked_runc() {
+    the_resolver_is_checked("rc");
+}

@@ -70,6 +70,10 @@ fn exec_guards_the_terminal(profile: &'static str) {
     );
     let s = t.wait_for(60, "the check of the input", |s| s.contains("INPUT-END"));
     assert!(s.contains("EXIT=0"), "{s}");
+    // What follows Lazaret comes below its output, not over it (resetting
+    // origin mode alone would have moved the cursor to the top).
+    let row = |marker: &str| s.lines().position(|l| l.contains(marker));
+    assert!(row("after-attack") < row("EXIT=0"), "{s}");
     assert!(
         !s.contains("INPUT:"),
         "replies reached the host shell:\n{s}"
@@ -105,6 +109,28 @@ fn exec_output_cannot_reach_the_terminal_runc() {
     exec_guards_the_terminal("rc");
 }
 
+/// `lazaret exec {profile} -- sh -c SCRIPT` in tmux (`cols` wide), then
+/// [`AFTER`]; waits for the plain prompt and gives the pane, the screen
+/// and the approval code it shows.
+fn exec_until_prompt(d: &Domain, cols: u16, script: &str) -> (Tmux, String, String) {
+    let t = d.tmux(
+        cols,
+        40,
+        &format!("exec {} -- sh -c {}", d.profile, shell_quote(script)),
+        Some(AFTER),
+    );
+    let s = t.wait_for(120, "the prompt", |s| {
+        s.contains("the agent asks to run a command on the host") && s.contains("code:")
+    });
+    let code = s
+        .split("type the code")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    (t, s, code)
+}
+
 /// The plain prompt of `lazaret exec`: the agent keeps redrawing a fake
 /// command line and makes the terminal answer queries while it asks.
 fn plain_prompt_cannot_be_forged(profile: &'static str) {
@@ -117,15 +143,7 @@ fn plain_prompt_cannot_be_forged(profile: &'static str) {
          printf 'tick %s\\n' $i; sleep 0.1; done; wait",
         c = canary.display()
     );
-    let t = d.tmux(
-        110,
-        40,
-        &format!("exec {profile} -- sh -c {}", shell_quote(&script)),
-        Some(AFTER),
-    );
-    let s = t.wait_for(120, "the prompt", |s| {
-        s.contains("the agent asks to run a command on the host") && s.contains("code:")
-    });
+    let (t, s, code) = exec_until_prompt(&d, 110, &script);
     // The real command, and nothing the agent drew since.
     let command = s
         .lines()
@@ -152,12 +170,6 @@ fn plain_prompt_cannot_be_forged(profile: &'static str) {
         .filter(|c| c.contains("CREDENTIAL="))
         .collect();
     assert!(leaked.is_empty(), "{leaked:?}");
-    let code = s
-        .split("type the code")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap()
-        .to_string();
     assert_eq!(code.len(), 3, "{s}");
 
     // The terminal itself answers queries written to it now (tmux replies
@@ -211,6 +223,62 @@ fn plain_prompt_cannot_be_forged_gvisor() {
 #[test]
 fn plain_prompt_cannot_be_forged_runc() {
     plain_prompt_cannot_be_forged("rc");
+}
+
+/// The plain prompt of `lazaret exec` ends with its request: the requester
+/// is killed while the prompt waits for keys, the prompt says the request
+/// was withdrawn and stops asking, and the code typed afterwards runs
+/// nothing (issue 14).
+fn plain_prompt_is_withdrawn_with_its_requester(profile: &'static str) {
+    let d = Domain::new(profile);
+    let canary = d.s.path().join("withdrawn-canary");
+    let script = format!(
+        "{ESC} --justify step-withdraw -- mkdir {c} & echo $! > /tmp/req.pid; \
+         wait; echo REQ-ENDED; sleep 4; echo EXEC-DONE",
+        c = canary.display()
+    );
+    let (t, s, code) = exec_until_prompt(&d, 150, &script);
+    let request = s
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("request"))
+        .map(|r| r.trim().to_string())
+        .unwrap();
+    let (rc, _, err) = d.sh("kill -9 $(cat /tmp/req.pid)");
+    assert_eq!(rc, 0, "{err}");
+    let s = t.wait_for(20, "the withdrawal", |s| {
+        s.contains(&format!("request {request} withdrawn:")) && s.contains("nothing runs")
+    });
+    assert!(s.contains("the requester went away"), "{s}");
+    // The human, late, types the code key by key: it answers nothing.
+    for c in code.chars() {
+        t.send(&["-l", &c.to_string()]);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let s = t.wait_for(60, "the exec's end", |s| s.contains("INPUT-END"));
+    assert!(s.contains("REQ-ENDED") && s.contains("EXEC-DONE"), "{s}");
+    assert!(s.contains("EXIT=0"), "{s}");
+    assert!(!s.contains("approved"), "{s}");
+    assert!(!s.contains("INPUT:"), "keys reached the host shell:\n{s}");
+    assert!(!canary.exists(), "a withdrawn request ran");
+    let decisions: Vec<_> = d
+        .audit_json()
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str().map(String::from))
+        .collect();
+    assert_eq!(decisions, vec!["withdrawn"]);
+    drop(t);
+    d.wait_until_gone();
+}
+
+#[test]
+fn plain_prompt_is_withdrawn_with_its_requester_gvisor() {
+    plain_prompt_is_withdrawn_with_its_requester("gv");
+}
+
+#[test]
+fn plain_prompt_is_withdrawn_with_its_requester_runc() {
+    plain_prompt_is_withdrawn_with_its_requester("rc");
 }
 
 /// `root` and every process below it.

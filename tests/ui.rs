@@ -533,3 +533,41 @@ fn no_color_means_no_colour_on_screen() {
     assert!(coloured(&[]), "the check itself sees colour");
     wait_domain_gone(&d.hash, Vec::new);
 }
+
+/// A long day (issue 14): a sandbox certificate that cannot be renewed is
+/// not silent in the workbench: the status line says so (the certs folder
+/// is made unwritable for the renewal by a directory where its temporary
+/// file goes; the lifetime is 4 s, so a renewal comes every 2 s).
+#[test]
+fn a_failed_certificate_renewal_shows_in_the_workbench() {
+    let d = Domain::new("gv");
+    let t = common::Tmux::start(
+        &d.ws(),
+        200,
+        30,
+        &[
+            ("LAZARET_USER_CONFIG", ""),
+            ("LAZARET_TEST_FWD", "x"),
+            ("LAZARET_CERT_LIFETIME_SECS", "4"),
+        ],
+        &format!(
+            "{} --config {} ui --profile gv",
+            common::lazaret_bin().display(),
+            d.s.path().join("config.toml").display()
+        ),
+    );
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    std::fs::create_dir(certs.join(".ca.pem.tmp")).unwrap();
+    let s = t.wait_for(20, "the warning", |s| {
+        s.contains("cannot renew the sandbox's escalation certificate")
+    });
+    assert!(
+        s.lines().last().unwrap_or("").contains("cannot renew"),
+        "{s}"
+    );
+    std::fs::remove_dir(certs.join(".ca.pem.tmp")).unwrap();
+    t.send(&["C-a", "q"]);
+    t.wait_exit(30, "lazaret ui");
+    d.wait_until_gone();
+}

@@ -5,7 +5,7 @@
 //! Every check fails closed: anything it cannot prove is a failure.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -41,6 +41,18 @@ pub struct Expectations {
     /// Where the sandbox's CA certificate is (to know the server is ours).
     #[serde(default)]
     pub certs_dir: Option<String>,
+    /// The sandbox's resolver (`ip:port`, the sidecar's): the sandbox's
+    /// `/etc/resolv.conf` must name it, and it answers the names below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<String>,
+    /// Names the policy denies: the resolver must refuse them itself
+    /// (REFUSED, nothing asked upstream).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_names: Vec<String>,
+    /// Names the policy allows: the resolver must answer them (asked for
+    /// TXT, which it answers itself without going upstream).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_names: Vec<String>,
 }
 
 /// One check's outcome.
@@ -91,6 +103,9 @@ pub fn run(x: &Expectations) -> Report {
     }
     for a in &x.denied {
         r.push(format!("denied {a}"), denied(a));
+    }
+    if let Some(resolver) = &x.resolver {
+        dns(&mut r, resolver, x);
     }
     if let Some(sock) = &x.socket {
         r.push(
@@ -239,6 +254,124 @@ fn denied(addr: &str) -> Result<String, String> {
     }
 }
 
+/// DNS response codes the checks tell apart.
+const NOERROR: u8 = 0;
+const REFUSED: u8 = 5;
+/// Query types.
+const TYPE_A: u16 = 1;
+const TYPE_TXT: u16 = 16;
+
+/// The resolver checks: the sandbox uses Lazaret's resolver, which refuses
+/// denied names and answers allowed ones. Queries go only to `resolver`
+/// (inside the sandbox's namespace); none needs an upstream.
+fn dns(r: &mut Report, resolver: &str, x: &Expectations) {
+    let Ok(server) = resolver.parse::<SocketAddr>() else {
+        r.push(
+            "dns resolver",
+            Err(format!("`{resolver}` is not an address:port")),
+        );
+        return;
+    };
+    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    r.push("dns resolver", uses_resolver(&conf, server));
+    let probes = x
+        .refused_names
+        .iter()
+        .map(|n| (n, "refuses", TYPE_A, REFUSED))
+        .chain(
+            x.allowed_names
+                .iter()
+                .map(|n| (n, "answers", TYPE_TXT, NOERROR)),
+        );
+    for (name, does, qtype, want) in probes {
+        let result = match dns_query(server, name, qtype) {
+            Ok(code) if code == want => Ok(format!("{does} it (code {code})")),
+            Ok(code) if want == REFUSED => Err(format!(
+                "answered with code {code}, not REFUSED: the resolver does not enforce the name policy"
+            )),
+            Ok(code) => Err(format!(
+                "answered with code {code}, not NOERROR: an allowed name does not resolve"
+            )),
+            Err(e) => Err(e),
+        };
+        r.push(format!("dns {does} {name}"), result);
+    }
+}
+
+/// The first `nameserver` of `resolv.conf` must be `server`: the one the
+/// agent's programs ask.
+fn uses_resolver(conf: &str, server: SocketAddr) -> Result<String, String> {
+    let first = conf.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some("nameserver")).then(|| w.next().unwrap_or("").to_string())
+    });
+    match first {
+        Some(ns) if ns.parse() == Ok(server.ip()) => {
+            Ok(format!("/etc/resolv.conf names {ns}, the sidecar's"))
+        }
+        Some(ns) => Err(format!(
+            "/etc/resolv.conf names {ns}, not the sidecar's resolver {}",
+            server.ip()
+        )),
+        None => Err("/etc/resolv.conf names no nameserver".into()),
+    }
+}
+
+/// One DNS query over UDP (RFC 1035): the answer's response code.
+fn dns_query(server: SocketAddr, name: &str, qtype: u16) -> Result<u8, String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let id = ((nanos ^ std::process::id()) & 0xffff) as u16;
+    let mut q = Vec::with_capacity(64);
+    q.extend_from_slice(&id.to_be_bytes());
+    // Recursion desired; one question.
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.trim_end_matches('.').split('.') {
+        let len = u8::try_from(label.len())
+            .ok()
+            .filter(|l| (1..=63).contains(l))
+            .ok_or_else(|| format!("`{name}` is not a DNS name"))?;
+        q.push(len);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&1u16.to_be_bytes());
+    let local: SocketAddr = if server.is_ipv4() {
+        "0.0.0.0:0".parse().expect("address")
+    } else {
+        "[::]:0".parse().expect("address")
+    };
+    let sock = UdpSocket::bind(local).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(2)));
+    sock.connect(server)
+        .map_err(|e| format!("cannot reach the resolver {server}: {e}"))?;
+    let mut buf = [0u8; 1500];
+    for _ in 0..2 {
+        sock.send(&q)
+            .map_err(|e| format!("cannot ask the resolver {server}: {e}"))?;
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) if n >= 12 && buf[..2] == id.to_be_bytes() && buf[2] & 0x80 != 0 => {
+                    return Ok(buf[3] & 0x0f);
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break;
+                }
+                Err(e) => return Err(format!("the resolver {server} failed: {e}")),
+            }
+        }
+    }
+    Err(format!("the resolver {server} did not answer within 4 s"))
+}
+
 /// Connects without a client certificate. Passes only when the server
 /// proves to be the sandbox's (its certificate chains to the sandbox's CA)
 /// and then refuses to talk.
@@ -331,6 +464,62 @@ mod tests {
         assert!(mask(&table, "/ws/.vscode").is_err());
         assert_eq!(top(&table, "/a b").unwrap().fstype, "tmpfs");
         assert!(mask(&table, "/nothing").is_err());
+    }
+
+    /// A resolver on loopback that answers `code` to every query.
+    fn fake_resolver(code: u8) -> SocketAddr {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let mut answer = buf[..n].to_vec();
+                answer[2] |= 0x80;
+                answer[3] = (answer[3] & 0xf0) | code;
+                let _ = sock.send_to(&answer, from);
+            }
+        });
+        addr
+    }
+
+    fn dns_report(resolver: SocketAddr) -> Report {
+        let x = Expectations {
+            resolver: Some(resolver.to_string()),
+            refused_names: vec!["lazaret-selftest.invalid".into()],
+            allowed_names: vec!["api.example.com".into()],
+            ..Default::default()
+        };
+        let mut r = Report::default();
+        dns(&mut r, &resolver.to_string(), &x);
+        r
+    }
+
+    fn check<'a>(r: &'a Report, name: &str) -> &'a Check {
+        r.checks.iter().find(|c| c.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_resolver_that_answers_every_name_fails() {
+        let r = dns_report(fake_resolver(NOERROR));
+        let refused = check(&r, "dns refuses lazaret-selftest.invalid");
+        assert!(!refused.ok, "{refused:?}");
+        assert!(refused.detail.contains("not REFUSED"), "{refused:?}");
+        assert!(check(&r, "dns answers api.example.com").ok);
+    }
+
+    #[test]
+    fn a_resolver_that_refuses_every_name_fails_the_allowed_one() {
+        let r = dns_report(fake_resolver(REFUSED));
+        assert!(check(&r, "dns refuses lazaret-selftest.invalid").ok);
+        assert!(!check(&r, "dns answers api.example.com").ok);
+    }
+
+    #[test]
+    fn resolv_conf_must_name_the_resolver() {
+        let server: SocketAddr = "127.0.0.53:53".parse().unwrap();
+        assert!(uses_resolver("search x\nnameserver 127.0.0.53\n", server).is_ok());
+        assert!(uses_resolver("nameserver 10.0.2.3\nnameserver 127.0.0.53\n", server).is_err());
+        assert!(uses_resolver("", server).is_err());
     }
 
     #[test]

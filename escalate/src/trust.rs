@@ -365,6 +365,27 @@ impl TrustAnchor {
         identity: &SandboxIdentity,
         validity: Duration,
     ) -> Result<ClientMaterial, TrustError> {
+        self.issue_custom(Self::client_params(identity, validity)?)
+    }
+
+    /// A renewal of `previous` (issued by this CA for `identity`): a new
+    /// certificate for the same key, valid for `validity` from now. Only
+    /// the certificate changes, so a reader that meets the old and the new
+    /// files mixed still gets a matching pair.
+    pub fn renew_client(
+        &self,
+        identity: &SandboxIdentity,
+        previous: &ClientMaterial,
+        validity: Duration,
+    ) -> Result<ClientMaterial, TrustError> {
+        let key = KeyPair::from_pem(previous.cert.key_pem())?;
+        self.sign(Self::client_params(identity, validity)?, &key)
+    }
+
+    fn client_params(
+        identity: &SandboxIdentity,
+        validity: Duration,
+    ) -> Result<CertificateParams, TrustError> {
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params
@@ -374,7 +395,7 @@ impl TrustAnchor {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         (params.not_before, params.not_after) = validity_window(validity)?;
-        self.issue_custom(params)
+        Ok(params)
     }
 
     /// The socket's server certificate: DNS SAN [`SERVER_NAME`], EKU
@@ -394,15 +415,19 @@ impl TrustAnchor {
 
     /// Signs arbitrary `params` for a fresh key. For tests and special
     /// cases; the issue_* functions are what the host normally needs.
-    pub fn issue_custom(
+    pub fn issue_custom(&self, params: CertificateParams) -> Result<ClientMaterial, TrustError> {
+        self.sign(params, &new_key()?)
+    }
+
+    fn sign(
         &self,
         mut params: CertificateParams,
+        key: &KeyPair,
     ) -> Result<ClientMaterial, TrustError> {
         if params.serial_number.is_none() {
             params.serial_number = Some(random_serial()?);
         }
-        let key = new_key()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
+        let cert = params.signed_by(key, &self.issuer)?;
         Ok(ClientMaterial {
             ca_pem: self.ca_pem.clone(),
             ca_der: self.ca_der.clone(),
@@ -581,6 +606,25 @@ mod tests {
             check_peer_identity(Some(std::slice::from_ref(&server.cert_der)), &id),
             Err(IdentityError::NotUri)
         );
+    }
+
+    #[test]
+    fn a_renewal_keeps_key_and_identity_with_a_new_certificate() {
+        let ca = TrustAnchor::generate(Duration::from_secs(3600)).unwrap();
+        let id = SandboxIdentity::new("dev", "abc").unwrap();
+        let old = ca.issue_client(&id, Duration::from_secs(600)).unwrap();
+        let new = ca
+            .renew_client(&id, &old, Duration::from_secs(600))
+            .unwrap();
+        assert_eq!(new.cert.key_pem(), old.cert.key_pem());
+        assert_eq!(new.ca_pem, old.ca_pem);
+        assert_ne!(new.cert.cert_der, old.cert.cert_der);
+        check_peer_identity(Some(std::slice::from_ref(&new.cert.cert_der)), &id).unwrap();
+        // Old key file with the new certificate: still a matching pair.
+        let dir = tempfile::tempdir().unwrap();
+        old.write_to(dir.path()).unwrap();
+        std::fs::write(dir.path().join(CLIENT_CERT_FILE), &new.cert.cert_pem).unwrap();
+        load_client_config(dir.path()).unwrap();
     }
 
     #[test]

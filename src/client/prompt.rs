@@ -15,6 +15,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -104,8 +105,17 @@ pub fn render(p: &Prompt, code: &str) -> String {
 /// One thing the human's terminal did.
 enum Input {
     Key(Key),
-    /// The terminal closed, or Lazaret was told to stop.
+    /// The terminal closed, Lazaret was told to stop, or the request was
+    /// withdrawn.
     Gone,
+}
+
+/// Why a prompt's request was withdrawn (its requester went away), once
+/// it was: set by the session while the prompt waits for keys.
+pub type Withdrawal = Mutex<Option<String>>;
+
+fn withdrawn(w: &Withdrawal) -> Option<String> {
+    w.lock().map_or(None, |w| w.clone())
 }
 
 /// The human's keys, one per read (see [`KeyReader`]).
@@ -113,12 +123,15 @@ struct Keyboard<'a> {
     tty: File,
     reader: KeyReader,
     stop: &'a AtomicBool,
+    withdrawal: &'a Withdrawal,
 }
 
 impl Keyboard<'_> {
     fn next(&mut self) -> Input {
         loop {
-            if self.stop.load(Ordering::Relaxed) {
+            // Checked between reads (at most 200 ms apart): a withdrawn
+            // request stops asking before another key counts.
+            if self.stop.load(Ordering::Relaxed) || withdrawn(self.withdrawal).is_some() {
                 return Input::Gone;
             }
             let mut fds = [PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
@@ -229,12 +242,21 @@ fn process_tree(pid: u32) -> Vec<Pid> {
 /// Asks the human at `tty`. `child` (and its process tree) is stopped
 /// meanwhile when given (a `--tty` child writes to the terminal itself).
 /// `stop` is raised by a signal that ends Lazaret: the request is denied.
-pub fn ask(prompt: &Prompt, tty: File, child: Option<u32>, stop: &AtomicBool) -> Verdict {
+/// `withdrawal` is filled when the requester goes away meanwhile: the
+/// prompt then says so and stops asking (nothing runs; the verdict is a
+/// denial nobody waits for).
+pub fn ask(
+    prompt: &Prompt,
+    tty: File,
+    child: Option<u32>,
+    stop: &AtomicBool,
+    withdrawal: &Withdrawal,
+) -> Verdict {
     let stopped = child.map(process_tree).unwrap_or_default();
     for p in &stopped {
         let _ = kill(*p, Signal::SIGSTOP);
     }
-    let verdict = ask_armed(prompt, tty, stop);
+    let verdict = ask_armed(prompt, tty, stop, withdrawal);
     for p in &stopped {
         let _ = kill(*p, Signal::SIGCONT);
     }
@@ -245,14 +267,24 @@ pub fn ask(prompt: &Prompt, tty: File, child: Option<u32>, stop: &AtomicBool) ->
     verdict
 }
 
-fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
+fn ask_armed(
+    prompt: &Prompt,
+    mut tty: File,
+    stop: &AtomicBool,
+    withdrawal: &Withdrawal,
+) -> Verdict {
     let Some(_raw) = Raw::new(&tty) else {
         return Verdict::Deny {
             reason: Some("the session's terminal could not show the prompt".into()),
         };
     };
-    let gone = || Verdict::Deny {
-        reason: Some("the terminal closed, or Lazaret was stopped".into()),
+    let gone = || match withdrawn(withdrawal) {
+        Some(why) => Verdict::Deny {
+            reason: Some(format!("withdrawn: {why}")),
+        },
+        None => Verdict::Deny {
+            reason: Some("the terminal closed, or Lazaret was stopped".into()),
+        },
     };
     flush_input(&tty);
     let rows = ratatui::crossterm::terminal::size().map_or(24, |(_, r)| r);
@@ -270,6 +302,7 @@ fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
         tty: reader,
         reader: KeyReader::default(),
         stop,
+        withdrawal,
     };
     let label = "  code:";
     let mut typed = 0usize;
@@ -297,7 +330,9 @@ fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
                             reason: (!reason.trim().is_empty()).then_some(reason),
                         };
                     }
-                    None if stop.load(Ordering::Relaxed) => break gone(),
+                    None if stop.load(Ordering::Relaxed) || withdrawn(withdrawal).is_some() => {
+                        break gone();
+                    }
                     None => break Verdict::Deny { reason: None },
                 }
             }
@@ -323,7 +358,7 @@ fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
                         Some(false) => {}
                     }
                 }
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || withdrawn(withdrawal).is_some() {
                     break gone();
                 }
                 let _ = write!(tty, "\r\n{}", render(prompt, &code));
@@ -342,6 +377,16 @@ fn ask_armed(prompt: &Prompt, mut tty: File, stop: &AtomicBool) -> Verdict {
             _ => typed = 0,
         }
     };
+    if let Some(why) = withdrawn(withdrawal) {
+        let (id, _) = make_visible(&prompt.request_id);
+        let (why, _) = make_visible(&why);
+        let _ = write!(
+            tty,
+            "\r\x1b[2K\x1b[1;33m  request {id} withdrawn: {why}; nothing runs\x1b[0m\r\n"
+        );
+    }
+    // Keys typed for a prompt that is gone answer nothing else.
+    flush_input(&tty);
     let _ = write!(
         tty,
         "{}",

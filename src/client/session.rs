@@ -2,6 +2,7 @@
 //! credential), connecting to the Session Coordinator, and running the
 //! session's command in the sandbox.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -10,12 +11,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use lazaret_widgets::visible::visible;
 
 use super::context;
 use crate::coordinator::client::{self, ClientError, Hello};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, PROTOCOL_VERSION, read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, read_frame, write_frame,
 };
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
@@ -291,6 +293,8 @@ pub(crate) fn run_in_sandbox(
         // After the exec ends, what it wrote last is still read, briefly.
         let mut drain_until = None;
         let mut listening = true;
+        // Messages read while a prompt was up, in order.
+        let mut queued = VecDeque::new();
         loop {
             if let Some(s) = status
                 && out.is_none()
@@ -317,11 +321,17 @@ pub(crate) fn run_in_sandbox(
                 _ = term.recv() => return Ok(Ended::Signal(child, SIGTERM)),
                 _ = hup.recv() => return Ok(Ended::Signal(child, SIGHUP)),
                 _ = int.recv() => return Ok(Ended::Signal(child, SIGINT)),
-                msg = read_frame::<_, CoordMsg>(&mut client.stream), if listening => match msg {
+                msg = next_msg(&mut queued, &mut client.stream), if listening => match msg {
                     Ok(CoordMsg::Prompt { prompt }) => {
-                        let verdict = match super::prompt::open_tty() {
-                            Some(t) => super::prompt::ask(&prompt, t, if tty { child.id() } else { None }, &stop),
-                            None => Verdict::Deny { reason: Some("no terminal to ask on".into()) },
+                        let Some(t) = super::prompt::open_tty() else {
+                            let verdict = Verdict::Deny { reason: Some("no terminal to ask on".into()) };
+                            let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
+                            continue;
+                        };
+                        let pid = if tty { child.id() } else { None };
+                        let Some(verdict) = ask_listening(prompt.clone(), t, pid, &stop, &mut client.stream, &mut queued).await else {
+                            // Withdrawn: nobody waits for an answer.
+                            continue;
                         };
                         let abort = verdict == Verdict::Abort;
                         let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
@@ -329,6 +339,12 @@ pub(crate) fn run_in_sandbox(
                             let _ = child.kill().await;
                         }
                     }
+                    // Withdrawn before its prompt was shown (it waited
+                    // behind another, and is not asked): a note.
+                    Ok(CoordMsg::Withdrawn { request_id, reason }) => {
+                        eprint!("\r\nlazaret: request {} withdrawn: {}; nothing runs\r\n", visible(&request_id), visible(&reason));
+                    }
+                    Ok(CoordMsg::Warning { message }) => eprint!("\r\nlazaret: !! {}\r\n", visible(&message)),
                     // The domain is going down: the sandbox ends, and with
                     // it this exec.
                     Ok(CoordMsg::ShuttingDown) => listening = false,
@@ -389,6 +405,75 @@ enum Ended {
     Signal(tokio::process::Child, i32),
 }
 
+/// The next message from the coordinator: one read while a prompt was up
+/// first.
+async fn next_msg(
+    queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
+    stream: &mut tokio::net::UnixStream,
+) -> Result<CoordMsg, FrameError> {
+    match queued.pop_front() {
+        Some(msg) => msg,
+        None => read_frame(stream).await,
+    }
+}
+
+/// Asks the human about `prompt` on `tty` while still listening to the
+/// coordinator: a withdrawal of this request (its requester went away)
+/// ends the prompt with a note and gives `None`, as does losing the
+/// coordinator (the answer has nowhere to go). Other messages are kept in
+/// `queued`; a queued prompt withdrawn meanwhile is dropped from it.
+async fn ask_listening(
+    prompt: crate::coordinator::escalation::Prompt,
+    tty: std::fs::File,
+    child: Option<u32>,
+    stop: &Arc<AtomicBool>,
+    stream: &mut tokio::net::UnixStream,
+    queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
+) -> Option<Verdict> {
+    let withdrawal = Arc::new(super::prompt::Withdrawal::default());
+    let request_id = prompt.request_id.clone();
+    let task = tokio::task::spawn_blocking({
+        let (stop, withdrawal) = (Arc::clone(stop), Arc::clone(&withdrawal));
+        move || super::prompt::ask(&prompt, tty, child, &stop, &withdrawal)
+    });
+    tokio::pin!(task);
+    let mut reading = true;
+    let verdict = loop {
+        tokio::select! {
+            v = &mut task => break v.unwrap_or(Verdict::Deny {
+                reason: Some("the prompt failed".into()),
+            }),
+            msg = read_frame::<_, CoordMsg>(stream), if reading => {
+                let why = match msg {
+                    Ok(CoordMsg::Withdrawn { request_id: id, reason }) if id == request_id => Some(reason),
+                    Ok(CoordMsg::Withdrawn { request_id: id, reason }) => {
+                        // Never asked; its note shows after this prompt.
+                        queued.retain(|m| !matches!(m, Ok(CoordMsg::Prompt { prompt }) if prompt.request_id == id));
+                        queued.push_back(Ok(CoordMsg::Withdrawn { request_id: id, reason }));
+                        None
+                    }
+                    Ok(other) => {
+                        queued.push_back(Ok(other));
+                        None
+                    }
+                    Err(e) => {
+                        reading = false;
+                        queued.push_back(Err(e));
+                        Some("the Session Coordinator went away".to_string())
+                    }
+                };
+                if let Some(why) = why
+                    && let Ok(mut w) = withdrawal.lock()
+                {
+                    *w = Some(why);
+                }
+            }
+        }
+    };
+    let gone = withdrawal.lock().map_or(true, |w| w.is_some());
+    (!gone).then_some(verdict)
+}
+
 /// Reads what `r` has, or waits forever once it is closed (`None`).
 async fn read_some(
     r: &mut Option<impl tokio::io::AsyncRead + Unpin>,
@@ -428,7 +513,18 @@ impl TerminalGuard {
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
         if let Some(mut tty) = super::prompt::open_tty() {
-            let _ = tty.write_all(super::terminal::RESET_MODES.as_bytes());
+            // Resetting origin mode moves the cursor to the top left: the
+            // cursor is saved around the reset, so the shell's next prompt
+            // comes below the output instead of over its first line. The
+            // restore brings back the saved colours and character set too:
+            // those are reset again after it (neither moves the cursor).
+            let _ = tty.write_all(
+                format!(
+                    "\x1b7{}\x1b8\x1b[0m\x1b(B\x0f",
+                    super::terminal::RESET_MODES
+                )
+                .as_bytes(),
+            );
             let _ = tty.flush();
             super::terminal::flush_input(&tty);
         }

@@ -23,7 +23,7 @@ use lazaret_escalate::ed25519_dalek::VerifyingKey;
 use lazaret_escalate::protocol::{self, MAX_RESPONSE_FRAME, Response};
 use lazaret_escalate::server::{self, TlsAcceptor};
 use lazaret_escalate::signing::{self, VerifyContext};
-use lazaret_escalate::trust::{SandboxIdentity, TrustAnchor};
+use lazaret_escalate::trust::{ClientMaterial, SandboxIdentity, TrustAnchor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
@@ -32,9 +32,20 @@ use tokio::net::UnixListener;
 use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
 use super::store::Store;
 
-/// How long the Trust Anchor and its certificates live: a coordinator's
-/// lifetime is bounded by its sessions; a day is a generous upper bound.
+/// How long the sandbox's and the socket's certificates live; both are
+/// renewed at half of it while the coordinator runs (a long day outlasts
+/// one).
 const CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// [`CERT_LIFETIME`], or shorter for tests: `LAZARET_CERT_LIFETIME_SECS`
+/// (at least 2 seconds; it can only shorten it).
+pub fn cert_lifetime() -> Duration {
+    std::env::var("LAZARET_CERT_LIFETIME_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s >= 2)
+        .map_or(CERT_LIFETIME, |s| Duration::from_secs(s).min(CERT_LIFETIME))
+}
 /// From accept to a decoded request.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The PATH approved commands run with (decisions.md D5): the classifier's
@@ -163,6 +174,9 @@ pub enum ToHuman {
         request_id: String,
         reason: String,
     },
+    /// Something about the domain the human must know (it does not end
+    /// anything by itself).
+    Warning(String),
 }
 
 /// The human's answer.
@@ -190,6 +204,9 @@ pub trait SessionDirectory: Send + Sync {
     fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>>;
     /// Tells the session's human what became of a request they approved.
     fn tell(&self, session_id: &str, outcome: Outcome);
+    /// Tells every attached human something is wrong with the domain
+    /// (e.g. the sandbox's certificate could not be renewed).
+    fn warn(&self, _message: &str) {}
     /// Takes back the prompt of `request_id` (no decision for it counts
     /// any more) and tells the session's human why.
     fn withdraw(&self, session_id: &str, request_id: &str, reason: &str);
@@ -198,7 +215,14 @@ pub trait SessionDirectory: Send + Sync {
 /// The Escalation Socket of one domain.
 pub struct EscalationServer {
     pub identity: SandboxIdentity,
-    acceptor: TlsAcceptor,
+    /// Replaced when the server certificate is renewed; a handshake takes
+    /// the one current at its accept.
+    acceptor: Mutex<TlsAcceptor>,
+    /// The CA (in memory only) and what it issued, for renewals.
+    anchor: TrustAnchor,
+    client: Mutex<ClientMaterial>,
+    certs_dir: PathBuf,
+    cert_lifetime: Duration,
     pub socket: PathBuf,
     host_workspace: PathBuf,
     rules: AutoApproveRules,
@@ -270,12 +294,15 @@ impl EscalationServer {
                 })?;
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
-        let anchor = TrustAnchor::generate(CERT_LIFETIME)?;
+        let cert_lifetime = cert_lifetime();
+        // The CA is never renewed: a trust anchor is its name and key
+        // (webpki checks no validity on it), so only the certificates it
+        // issued need to stay current.
+        let anchor = TrustAnchor::generate(cert_lifetime)?;
         let identity = SandboxIdentity::new(s.profile, s.domain_hash)?;
-        anchor
-            .issue_client(&identity, CERT_LIFETIME)?
-            .write_to(s.certs_dir)?;
-        let server_cert = anchor.issue_server(CERT_LIFETIME)?;
+        let client = anchor.issue_client(&identity, cert_lifetime)?;
+        client.write_to(s.certs_dir)?;
+        let server_cert = anchor.issue_server(cert_lifetime)?;
         let acceptor = TlsAcceptor::from(anchor.server_config(&server_cert)?);
         let guide = s.escalation_dir.join("README.md");
         std::fs::write(&guide, lazaret_escalate::GUIDE)
@@ -293,7 +320,11 @@ impl EscalationServer {
         };
         Ok(EscalationServer {
             identity,
-            acceptor,
+            acceptor: Mutex::new(acceptor),
+            anchor,
+            client: Mutex::new(client),
+            certs_dir: s.certs_dir.to_path_buf(),
+            cert_lifetime,
             socket: s.escalation_dir.join("escalate.sock"),
             host_workspace: s.host_workspace.to_path_buf(),
             rules,
@@ -314,15 +345,68 @@ impl EscalationServer {
         let _ = std::fs::remove_file(&self.socket);
         let listener = UnixListener::bind(&self.socket)?;
         Ok(tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let me = self.clone();
-                let sessions = sessions.clone();
-                tokio::spawn(async move { me.handle(stream, sessions).await });
+            let accept = async {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let me = self.clone();
+                    let sessions = sessions.clone();
+                    tokio::spawn(async move { me.handle(stream, sessions).await });
+                }
+            };
+            tokio::select! {
+                () = accept => {}
+                () = self.renew_forever(sessions.as_ref()) => {}
             }
         }))
+    }
+
+    /// Renews the certificates at half their lifetime, for as long as the
+    /// socket serves. A failure is audited and told to every attached
+    /// human (the requests would fail once the old certificate expires),
+    /// and retried sooner.
+    async fn renew_forever(&self, sessions: &dyn SessionDirectory) {
+        let mut wait = self.cert_lifetime / 2;
+        loop {
+            tokio::time::sleep(wait).await;
+            match self.renew() {
+                Ok(expires) => {
+                    wait = self.cert_lifetime / 2;
+                    let _ = self.audit(
+                        "certificates-renewed",
+                        serde_json::json!({ "identity": self.identity.uri(), "valid_secs": expires.as_secs() }),
+                    );
+                }
+                Err(e) => {
+                    wait = (self.cert_lifetime / 8).max(Duration::from_secs(1));
+                    let message = format!(
+                        "cannot renew the sandbox's escalation certificate ({e}); host escalation stops working when the current one expires"
+                    );
+                    let _ = self.audit(
+                        "certificate-renewal-failed",
+                        serde_json::json!({ "identity": self.identity.uri(), "error": e.to_string() }),
+                    );
+                    sessions.warn(&message);
+                }
+            }
+        }
+    }
+
+    /// Issues a new client certificate (same key, so readers never see a
+    /// mismatched pair) into the certs folder and a new server certificate
+    /// for the next handshakes; gives their validity.
+    pub fn renew(&self) -> Result<Duration, SetupError> {
+        let mut client = self.client.lock().expect("lock");
+        let renewed = self
+            .anchor
+            .renew_client(&self.identity, &client, self.cert_lifetime)?;
+        renewed.write_to(&self.certs_dir)?;
+        *client = renewed;
+        let server_cert = self.anchor.issue_server(self.cert_lifetime)?;
+        let acceptor = TlsAcceptor::from(self.anchor.server_config(&server_cert)?);
+        *self.acceptor.lock().expect("lock") = acceptor;
+        Ok(self.cert_lifetime)
     }
 
     fn audit(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
@@ -377,9 +461,10 @@ impl EscalationServer {
     async fn handle(&self, stream: tokio::net::UnixStream, sessions: Arc<dyn SessionDirectory>) {
         // mTLS and identity first: on failure the connection is dropped
         // before a byte of payload is read.
+        let acceptor = self.acceptor.lock().expect("lock").clone();
         let mut tls = match tokio::time::timeout(
             REQUEST_DEADLINE,
-            server::accept(&self.acceptor, stream, &self.identity),
+            server::accept(&acceptor, stream, &self.identity),
         )
         .await
         {

@@ -84,6 +84,11 @@ pub enum CoordMsg {
         request_id: String,
         reason: String,
     },
+    /// Something about the domain the human must know, e.g. the sandbox's
+    /// certificate could not be renewed.
+    Warning {
+        message: String,
+    },
 }
 
 /// What `lazaret status` shows for a domain.

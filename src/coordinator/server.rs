@@ -131,6 +131,20 @@ impl SessionDirectory for Directory {
             let _ = tx.send(ToHuman::Outcome(outcome));
         }
     }
+
+    fn warn(&self, message: &str) {
+        log(message);
+        for tx in self
+            .0
+            .sessions
+            .lock()
+            .expect("lock")
+            .values()
+            .filter_map(|s| s.human.as_ref())
+        {
+            let _ = tx.send(ToHuman::Warning(message.to_string()));
+        }
+    }
 }
 
 /// One line of the coordinator's log (coordinator::log).
@@ -771,6 +785,7 @@ async fn serve_session(
                     ToHuman::Withdrawn { request_id, reason } => {
                         CoordMsg::Withdrawn { request_id, reason }
                     }
+                    ToHuman::Warning(message) => CoordMsg::Warning { message },
                 };
                 write_frame(stream, &msg).await?;
                 continue;

@@ -7,7 +7,9 @@
 //! static binary already mounted there) checks, from the agent's side, the
 //! runtime (gVisor where runsc is configured), the read-only git protections
 //! and Lazaret's own mounts, the tmpfs masks, that a denied address fails at
-//! once, and that the Escalation Socket refuses a client without the
+//! once, that the sandbox's resolver is the sidecar's and refuses a name
+//! the policy denies (and answers one it allows; no query needs an
+//! upstream), and that the Escalation Socket refuses a client without the
 //! sandbox's certificate. The host adds one check of its own: the sidecar's
 //! live table is exactly the domain's policy.
 
@@ -16,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use lazaret_escalate::selftest::{Check, Expectations, Report};
-use lazaret_sidecar::policy::{Policy, Verdict};
+use lazaret_sidecar::policy::{Policy, PolicySpec, Verdict};
 use lazaret_widgets::visible::make_visible;
 
 use super::{Engine, EngineError, Sandbox};
@@ -44,6 +46,11 @@ const PROBES: [IpAddr; 2] = [
 ];
 /// The discard port: nothing listens there, and nothing is sent.
 const PROBE_PORT: u16 = 9;
+/// A name no policy should allow (`.invalid` is reserved, RFC 2606): the
+/// sandbox's resolver must refuse it itself.
+const REFUSED_PROBE: &str = "lazaret-selftest.invalid";
+/// The first label of the name probed under an allowed `*.SUFFIX`.
+const ALLOWED_PROBE_LABEL: &str = "lazaret-selftest";
 
 /// Where a degraded domain's failed checks are kept while it runs; the
 /// coordinator's status reports them, and the UI marks the sandbox.
@@ -85,6 +92,8 @@ pub fn expectations(
     let anchor = &resolved.domain;
     let domain_root = anchor.domain_root(&engine.data_root);
     let policy = live_policy(&domain_root, resolved)?;
+    let spec = crate::net::effective_spec(&domain_root, &resolved.network);
+    let (refused_names, allowed_names) = dns_probes(&policy, &spec);
     let denied = PROBES
         .iter()
         .filter(|a| policy.why(**a).verdict == Verdict::Deny)
@@ -105,7 +114,32 @@ pub fn expectations(
         denied,
         socket: with_socket.then(|| lazaret_escalate::SOCKET_PATH.into()),
         certs_dir: with_socket.then(|| lazaret_escalate::CERTS_DIR.into()),
+        resolver: Some(format!("{}:53", crate::net::RESOLVER_ADDRESS)),
+        refused_names,
+        allowed_names,
     })
+}
+
+/// The names the resolver check asks: one the policy refuses, and one it
+/// allows when it allows any (a `*.SUFFIX` pattern gets a name below it).
+fn dns_probes(policy: &Policy, spec: &PolicySpec) -> (Vec<String>, Vec<String>) {
+    use lazaret_sidecar::names::NamePattern;
+    let allowed = |n: &str| policy.name_decision(n).verdict == Verdict::Allow;
+    let refused = (!allowed(REFUSED_PROBE))
+        .then(|| REFUSED_PROBE.to_string())
+        .into_iter()
+        .collect();
+    let allowed = spec
+        .allow_domains
+        .iter()
+        .map(|n| match &n.pattern {
+            NamePattern::Exact(name) => name.clone(),
+            NamePattern::Below(suffix) => format!("{ALLOWED_PROBE_LABEL}.{suffix}"),
+        })
+        .find(|n| allowed(n))
+        .into_iter()
+        .collect();
+    (refused, allowed)
 }
 
 /// The policy the domain runs under (its live copy after `lazaret net`).

@@ -623,6 +623,10 @@ impl App {
             }
             CoordMsg::Status { domain } => tab.domain = Some(domain),
             CoordMsg::Error { message } => self.message = Some(message),
+            CoordMsg::Warning { message } => {
+                let title = tab.title.clone();
+                self.message = Some(format!("tab {title}: {message}"));
+            }
             CoordMsg::ShuttingDown => {
                 tab.progress("lazaret: the domain is shutting down");
             }
