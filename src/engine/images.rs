@@ -301,6 +301,23 @@ pub fn agent_recipe(name: &str) -> Option<&'static AgentRecipe> {
     AGENT_RECIPES.iter().find(|r| r.name == name)
 }
 
+/// Digest of what an agent image is built from (its recipe and the
+/// instruction file), carried in the image's `lazaret.recipe` label so a
+/// cached image can be told from one an older recipe made.
+pub fn agent_recipe_digest(name: &str) -> Option<String> {
+    let recipe = agent_recipe(name)?;
+    let mut h = Sha256::new();
+    h.update(recipe.containerfile.as_bytes());
+    h.update([0]);
+    h.update(AGENT_INSTRUCTIONS.as_bytes());
+    Some(
+        h.finalize()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
 pub fn agent_names() -> Vec<&'static str> {
     AGENT_RECIPES.iter().map(|r| r.name).collect()
 }
@@ -377,6 +394,10 @@ pub fn build_agent_image(
         .arg(format!("--build-arg=BASE={}", req.base))
         .arg(format!("--build-arg=AGENT_VERSION={}", req.version))
         .arg(format!("--label=lazaret.agent={}", recipe.name))
+        .arg(format!(
+            "--label=lazaret.recipe={}",
+            agent_recipe_digest(recipe.name).unwrap_or_default()
+        ))
         .arg("-t")
         .arg(&build_tag)
         .arg("-f")
