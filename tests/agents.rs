@@ -6,8 +6,9 @@
 //! command to the host through /run/lazaret/escalate as the model asked.
 //!
 //! Like tests/dns.rs, the test makes its own network namespace with a test
-//! host (here on TEST-NET-3, 203.0.113.0/24, so it never collides with the
-//! dns tests' TEST-NET-2 host) running the upstream DNS server and the mock.
+//! host (here on 203.0.113.32/28, part of TEST-NET-3, so it never collides
+//! with the dns tests' TEST-NET-2 host) running the upstream DNS server and
+//! the mock.
 
 mod common;
 
@@ -23,8 +24,8 @@ use common::{STANDARD_PATH, text};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-const DNS: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 2);
-const API: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 3);
+const DNS: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 34);
+const API: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 35);
 const API_NAME: &str = "api.lazaret.test";
 /// A name the CLI is pointed at in the second run; never allowed.
 const DENIED_NAME: &str = "denied.lazaret.test";
@@ -70,7 +71,7 @@ type Answer = fn(&Request, &Mutex<Seen>) -> Option<String>;
 fn start_mock(answer: Answer) -> (TestNet, Arc<Mutex<Seen>>) {
     let tn = TestNet::start(&Spec {
         tag: "lza",
-        host: &["203.0.113.1/24"],
+        host: &["203.0.113.33/28"],
         inside: vec![IpAddr::V4(DNS), IpAddr::V4(API)],
         dns: DNS,
         zone,
@@ -332,8 +333,49 @@ fn agent_image(d: &Domain, agent: &str) {
     eprintln!("built the {agent} image in {:?}:\n{o}", started.elapsed());
 }
 
+/// A `lazaret exec PROFILE -- sleep` session, ended (SIGTERM, which ends
+/// `lazaret exec` cleanly) when dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn start(d: &Domain, profile: &str) -> Holder {
+        let mut child = d
+            .cmd_raw(STANDARD_PATH, &["exec", profile, "--", "sleep", "1800"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut progress = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if progress.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("the holding session ended before the domain was ready:\n{seen}");
+            }
+            seen.push_str(&line);
+            if line.contains("] ready") {
+                break;
+            }
+        }
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut progress, &mut std::io::sink()));
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
 /// What one run of an agent CLI in its sandbox left behind.
 struct Run {
+    /// First, so the session ends before the domain is torn down.
+    _holder: Holder,
     d: Domain,
     tn: TestNet,
     seen: Arc<Mutex<Seen>>,
@@ -361,6 +403,10 @@ fn run_agent(agent: &'static str, env: &str, answer: Answer, script: &str) -> Ru
     d.add_config(&format!(
         "[profiles.{agent}]\nagent = \"{agent}\"\nallow_domains = [\"{API_NAME}\"]\nenv = {{ {env} }}\n"
     ));
+    // A session held open until the test ends keeps the domain up after
+    // the run (the last session to leave tears it down): the refused-name
+    // list is read from its sidecar afterwards.
+    let holder = Holder::start(&d, agent);
     let script = script.replace("{url}", &format!("http://{API_NAME}"));
     let out = d
         .cmd_raw(STANDARD_PATH, &["exec", agent, "--", "sh", "-c", &script])
@@ -370,6 +416,7 @@ fn run_agent(agent: &'static str, env: &str, answer: Answer, script: &str) -> Ru
     let (o, e) = text(&out);
     eprintln!("{agent} ran at {:?}:\n{o}{e}", started.elapsed());
     Run {
+        _holder: holder,
         d,
         tn,
         seen,
