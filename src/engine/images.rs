@@ -577,6 +577,34 @@ mod tests {
     }
 
     #[test]
+    fn recipe_digests_tell_agents_apart() {
+        let claude = agent_recipe_digest("claude").unwrap();
+        assert_eq!(claude.len(), 16);
+        assert_eq!(agent_recipe_digest("claude").unwrap(), claude);
+        assert_ne!(agent_recipe_digest("codex").unwrap(), claude);
+        assert!(agent_recipe_digest("nope").is_none());
+    }
+
+    #[test]
+    fn recipes_pin_a_node_the_agents_accept() {
+        // Claude Code's package asks for Node.js >= 22 (its `engines`).
+        for name in ["claude", "codex"] {
+            let recipe = agent_recipe(name).unwrap().containerfile;
+            let pinned = recipe
+                .lines()
+                .find_map(|l| l.strip_prefix("ARG NODE_VERSION="))
+                .unwrap_or_else(|| panic!("{name}: no pinned Node.js"));
+            let major: u32 = pinned.split('.').next().unwrap().parse().unwrap();
+            assert!(major >= 22, "{name}: Node.js {pinned}");
+            assert_eq!(
+                pinned.split('.').count(),
+                3,
+                "{name}: {pinned} is not exact"
+            );
+        }
+    }
+
+    #[test]
     fn date_is_eight_digits() {
         let d = podman_date();
         assert_eq!(d.len(), 8);
