@@ -347,6 +347,8 @@ impl Holder {
             .spawn()
             .unwrap();
         let mut progress = BufReader::new(child.stderr.take().unwrap());
+        // Ended on drop, also if it never gets ready.
+        let holder = Holder(child);
         let mut seen = String::new();
         loop {
             let mut line = String::new();
@@ -360,7 +362,7 @@ impl Holder {
         }
         // Keep draining its stderr so it never blocks on a full pipe.
         std::thread::spawn(move || std::io::copy(&mut progress, &mut std::io::sink()));
-        Holder(child)
+        holder
     }
 }
 
