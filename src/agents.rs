@@ -50,3 +50,16 @@ pub fn agent_of_image(image: &str) -> Option<&str> {
     let rest = image.strip_prefix(AGENT_REPOSITORY)?;
     Some(rest.split(':').next().unwrap_or(rest))
 }
+
+/// Digest of what an agent image is built from (its recipe and the
+/// instruction file), carried in the image's `lazaret.recipe` label so a
+/// cached image can be told from one an older recipe made.
+pub fn agent_recipe_digest(name: &str) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let recipe = agent_recipe(name)?;
+    let mut h = Sha256::new();
+    h.update(recipe.containerfile.as_bytes());
+    h.update([0]);
+    h.update(AGENT_INSTRUCTIONS.as_bytes());
+    Some(hex::encode(&h.finalize()[..8]))
+}

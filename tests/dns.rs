@@ -10,16 +10,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::AsFd;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use common::sandbox::Domain;
+use common::testnet::{Spec, TestNet};
 use common::{STANDARD_PATH, text};
-use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
@@ -70,157 +66,38 @@ fn zone(name: &str, qtype: RecordType) -> Vec<Record> {
     }
 }
 
-/// One test host at a time: the tests of both runtimes use the same addresses.
-static ONE_TEST_NET: Mutex<()> = Mutex::new(());
-
-/// The test host: a namespace with a veth pair, torn down on drop.
-struct TestNet {
-    _one: std::sync::MutexGuard<'static, ()>,
-    ns: String,
-    host_if: String,
-    queries: Arc<Mutex<HashMap<String, u32>>>,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(out.status.success(), "ip {args:?}: {}", text(&out).1);
-}
-
-impl TestNet {
-    fn start() -> TestNet {
-        let one = ONE_TEST_NET.lock().unwrap_or_else(|p| p.into_inner());
-        let id = std::process::id() % 100_000;
-        let ns = format!("lzdns{id}");
-        let (host_if, ns_if) = (format!("lzd{id}h"), format!("lzd{id}n"));
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-        // A namespace still held by a thread of the previous test outlives
-        // `netns del`, and its veth pair with it: remove our end by name.
-        let _ = Command::new("ip").args(["link", "del", &host_if]).output();
-        ip(&["netns", "add", &ns]);
-        let net = TestNet {
-            _one: one,
-            ns: ns.clone(),
-            host_if: host_if.clone(),
-            queries: Arc::default(),
-        };
-        ip(&[
-            "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if, "netns", &ns,
-        ]);
-        ip(&["addr", "add", "198.51.100.1/24", "dev", &host_if]);
-        ip(&[
-            "addr",
-            "add",
-            "2001:db8:100::1/64",
-            "dev",
-            &host_if,
-            "nodad",
-        ]);
-        ip(&["link", "set", &host_if, "up"]);
-        let inside = |args: &[&str]| {
-            let mut all = vec!["-n", ns.as_str()];
-            all.extend_from_slice(args);
-            ip(&all);
-        };
-        for a in [DNS, WEB, WILD, LIAR, SMUGGLED, CHAINED, LATE] {
-            inside(&["addr", "add", &format!("{a}/24"), "dev", &ns_if]);
-        }
-        inside(&["addr", "add", &format!("{WEB6}/64"), "dev", &ns_if, "nodad"]);
-        inside(&["link", "set", &ns_if, "up"]);
-        inside(&["link", "set", "lo", "up"]);
-        // Before any traffic: the host sends these ranges into the test's
-        // namespace, never off the machine.
-        for target in [WEB.to_string(), DNS.to_string(), WEB6.to_string()] {
-            let out = Command::new("ip")
-                .args(["route", "get", &target])
-                .output()
-                .unwrap();
-            let route = text(&out).0;
-            assert!(
-                route.contains(&format!("dev {host_if}")),
-                "{target} is not routed into the test namespace: {route}"
-            );
-        }
-        net.serve();
-        net
-    }
-
-    /// Opens the DNS server's and the listeners' sockets inside the
-    /// namespace (a thread that enters it), then serves them.
-    fn serve(&self) {
-        let ns = self.ns.clone();
-        let (udp, listeners) = std::thread::spawn(move || {
-            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-            nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let udp = UdpSocket::bind(SocketAddr::from((DNS, 53))).unwrap();
-            let mut listeners = Vec::new();
-            for a in [
-                IpAddr::V4(WEB),
-                IpAddr::V4(WILD),
-                IpAddr::V4(LIAR),
-                IpAddr::V4(SMUGGLED),
-                IpAddr::V4(CHAINED),
-                IpAddr::V4(LATE),
-                IpAddr::V6(WEB6),
-            ] {
-                listeners.push(TcpListener::bind(SocketAddr::new(a, 80)).unwrap());
-            }
-            (udp, listeners)
-        })
-        .join()
-        .unwrap();
-        for l in listeners {
-            std::thread::spawn(move || {
-                // Each connection stays open until the peer closes it.
-                for mut s in l.incoming().flatten() {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut s, &mut std::io::sink());
-                    });
-                }
-            });
-        }
-        let queries = self.queries.clone();
+/// The test host, serving [`zone`] and a TCP listener on port 80 of each
+/// web address (each connection stays open until the peer closes it).
+fn test_net() -> TestNet {
+    let web = [
+        IpAddr::V4(WEB),
+        IpAddr::V4(WILD),
+        IpAddr::V4(LIAR),
+        IpAddr::V4(SMUGGLED),
+        IpAddr::V4(CHAINED),
+        IpAddr::V4(LATE),
+        IpAddr::V6(WEB6),
+    ];
+    let mut inside = vec![IpAddr::V4(DNS)];
+    inside.extend(web);
+    let tn = TestNet::start(&Spec {
+        tag: "lzd",
+        host: &["198.51.100.1/24", "2001:db8:100::1/64"],
+        inside,
+        dns: DNS,
+        zone,
+    });
+    for a in web {
+        let l = tn.listen(SocketAddr::new(a, 80));
         std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while let Ok((n, peer)) = udp.recv_from(&mut buf) {
-                let Ok(q) = Message::from_vec(&buf[..n]) else {
-                    continue;
-                };
-                let Some(query) = q.queries.first().cloned() else {
-                    continue;
-                };
-                let name = query.name().to_ascii().to_ascii_lowercase();
-                *queries.lock().unwrap().entry(name.clone()).or_default() += 1;
-                let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
-                r.metadata.recursion_desired = q.metadata.recursion_desired;
-                r.metadata.recursion_available = true;
-                r.metadata.response_code = ResponseCode::NoError;
-                r.queries = q.queries.clone();
-                r.answers = zone(&name, query.query_type());
-                let _ = udp.send_to(&r.to_vec().unwrap(), peer);
+            for mut s in l.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s, &mut std::io::sink());
+                });
             }
         });
     }
-
-    fn asked(&self, name: &str) -> u32 {
-        self.queries
-            .lock()
-            .unwrap()
-            .get(&format!("{name}."))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        // Deleting the namespace removes its end of the veth pair, and so both.
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
-        // The namespace (and so the pair) may be held a moment longer by a
-        // thread that entered it: delete the host's end too.
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_if])
-            .output();
-    }
+    tn
 }
 
 fn net(d: &Domain, args: &[&str]) -> (bool, String) {
@@ -286,7 +163,7 @@ fn names_by_name(profile: &'static str, runtime: &str) {
         return;
     }
     let started = Instant::now();
-    let tn = TestNet::start();
+    let tn = test_net();
     let d = Domain::new(profile);
     let config = std::fs::read_to_string(d.s.path().join("config.toml")).unwrap();
     let config = config.replacen(

@@ -3,7 +3,7 @@
 
 use crate::agents::{
     AGENT_INSTRUCTIONS, AGENT_REPOSITORY, AGENT_VERSION_FILE, agent_names, agent_of_image,
-    agent_recipe,
+    agent_recipe, agent_recipe_digest,
 };
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -333,6 +333,10 @@ pub fn build_agent_image(
         .arg(format!("--build-arg=BASE={}", req.base))
         .arg(format!("--build-arg=AGENT_VERSION={}", req.version))
         .arg(format!("--label=lazaret.agent={}", recipe.name))
+        .arg(format!(
+            "--label=lazaret.recipe={}",
+            agent_recipe_digest(recipe.name).unwrap_or_default()
+        ))
         .arg("-t")
         .arg(&build_tag)
         .arg("-f")
@@ -509,6 +513,34 @@ mod tests {
         assert!(!valid_package("git;rm"));
         assert!(!valid_package("-x"));
         assert!(!valid_package("Git"));
+    }
+
+    #[test]
+    fn recipe_digests_tell_agents_apart() {
+        let claude = agent_recipe_digest("claude").unwrap();
+        assert_eq!(claude.len(), 16);
+        assert_eq!(agent_recipe_digest("claude").unwrap(), claude);
+        assert_ne!(agent_recipe_digest("codex").unwrap(), claude);
+        assert!(agent_recipe_digest("nope").is_none());
+    }
+
+    #[test]
+    fn recipes_pin_a_node_the_agents_accept() {
+        // Claude Code's package asks for Node.js >= 22 (its `engines`).
+        for name in ["claude", "codex"] {
+            let recipe = agent_recipe(name).unwrap().containerfile;
+            let pinned = recipe
+                .lines()
+                .find_map(|l| l.strip_prefix("ARG NODE_VERSION="))
+                .unwrap_or_else(|| panic!("{name}: no pinned Node.js"));
+            let major: u32 = pinned.split('.').next().unwrap().parse().unwrap();
+            assert!(major >= 22, "{name}: Node.js {pinned}");
+            assert_eq!(
+                pinned.split('.').count(),
+                3,
+                "{name}: {pinned} is not exact"
+            );
+        }
     }
 
     #[test]

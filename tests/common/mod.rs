@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod sandbox;
+pub mod testnet;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
