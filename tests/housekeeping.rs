@@ -104,22 +104,32 @@ fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
         .unwrap();
     let socket = xdg.join(format!("lazaret/lazaret_coord_{}.sock", d.hash));
     let deadline = Instant::now() + Duration::from_secs(90);
-    let pid = loop {
+    let (pid, session_pid) = loop {
         if d.containers().len() == 2
             && socket.exists()
             && let Some(st) = status_entry(&d, &env)
             && st["coordinator_pid"].as_i64().unwrap_or(0) > 0
+            && let Some(session) = st["sessions"][0]["pid"].as_i64()
         {
-            break st["coordinator_pid"].as_i64().unwrap() as i32;
+            break (
+                st["coordinator_pid"].as_i64().unwrap() as i32,
+                session as i32,
+            );
         }
         assert!(Instant::now() < deadline, "the domain never came up");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The holder's session (the `lazaret` under the test user's wrapper)
+    // would start a new coordinator once its own is gone (reconnection).
+    // Stopped first, it cannot; killed after, it never did.
+    let session = nix::unistd::Pid::from_raw(session_pid);
+    nix::sys::signal::kill(session, nix::sys::signal::Signal::SIGSTOP).unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    nix::sys::signal::kill(session, nix::sys::signal::Signal::SIGKILL).unwrap();
     let _ = holder.kill();
     let _ = holder.wait();
     std::fs::remove_dir_all(xdg.join("lazaret")).unwrap();
@@ -150,7 +160,8 @@ fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
         "{stdout}"
     );
     d.assert_gone();
-    assert!(status_entry(&d, &env).is_none());
+    let left = status_entry(&d, &env);
+    assert!(left.is_none(), "{left:?}");
 }
 
 fn age_folder(root: &std::path::Path) {
