@@ -632,3 +632,48 @@ fn a_missing_agent_image_says_how_to_build_it() {
     );
     assert!(d.containers().is_empty(), "{:?}", d.containers());
 }
+
+/// Logging in (issue 16): an agent keeps its login in its profile's home
+/// volume (`{profile_dir}/home`, as the example's agent profiles mount it
+/// over `/root`), so a login made in one workspace's domain is there in
+/// another workspace's domain of the same profile.
+#[test]
+fn login_state_persists_in_the_profile_home_across_domains() {
+    let d = Domain::new("gv");
+    let other = d.s.mkdir("ws2");
+    let second = lazaret::domain::DomainAnchor::new("gv", &other)
+        .unwrap()
+        .hash()
+        .to_string();
+    assert_ne!(second, d.hash, "two workspaces, two domains");
+    let exec = |ws: &std::path::Path, script: &str| {
+        let out = d
+            .cmd_raw(
+                STANDARD_PATH,
+                &[
+                    "exec",
+                    "gv",
+                    "-w",
+                    ws.to_str().unwrap(),
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "{script}: {o}{e}");
+        o
+    };
+    exec(
+        &d.ws(),
+        "mkdir -p /root/persist/.claude && echo login-token-7 > /root/persist/.claude/.credentials.json",
+    );
+    d.wait_until_gone();
+    let read = exec(&other, "cat /root/persist/.claude/.credentials.json");
+    assert_eq!(read.trim(), "login-token-7");
+    common::sandbox::wait_domain_gone(&second, Vec::new);
+}
