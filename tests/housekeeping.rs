@@ -319,3 +319,43 @@ fn image_prune_keeps_images_in_use() {
     assert!(exists(base));
     let _ = common::podman(&["untag", base, &format!("{repo}:inuse")]);
 }
+
+/// `lazaret image list`: `--json` for scripts, and a reader that goes
+/// away early (`| head`) is no error.
+#[test]
+fn image_list_prints_json_and_survives_a_closed_pipe() {
+    let d = Domain::new("gv");
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["image", "list", "--json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let rows: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let base = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["names"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n == common::sandbox::BASE_IMAGE)
+        })
+        .unwrap_or_else(|| panic!("no base image in {stdout}"));
+    assert!(base["size"].as_u64().unwrap() > 1_000_000, "{base}");
+    assert!(base["agent"].is_null(), "{base}");
+
+    // The reader is gone before lazaret writes a byte.
+    let mut child = d
+        .cmd_raw(STANDARD_PATH, &["image", "list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(!text(&out).1.contains("panicked"), "{}", text(&out).1);
+}

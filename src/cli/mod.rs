@@ -256,7 +256,11 @@ enum ImageCommand {
         repositories: Vec<String>,
     },
     /// List Lazaret's images: base, agent (with its version) and sidecar.
-    List,
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which domain: a profile and a workspace folder, written the same way by
@@ -336,7 +340,13 @@ enum SandboxCommand {
 #[derive(Debug, Subcommand)]
 enum NetCommand {
     /// Print the sidecar's live rules and the configuration rule behind each.
-    Show(DomainArgs),
+    Show {
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Print JSON: the live routes, name rules and refused names.
+        #[arg(long)]
+        json: bool,
+    },
     /// Say whether an address is reachable, or a name resolved, and which
     /// rule decides it.
     Why {
@@ -539,7 +549,7 @@ pub fn run() -> Result<ExitCode> {
             dry_run,
             repositories,
         }) => image_prune(&cli.config, &env, dry_run, &repositories),
-        Command::Image(ImageCommand::List) => image_list(),
+        Command::Image(ImageCommand::List { json }) => image_list(json),
         Command::Sandbox(SandboxCommand::Up { domain, runtime }) => {
             sandbox_up(cli.config, &env, &domain, runtime.as_deref())
         }
@@ -781,7 +791,7 @@ fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) ->
 fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -> Result<ExitCode> {
     use crate::net;
     let (d, change) = match cmd {
-        NetCommand::Show(d) | NetCommand::Why { domain: d, .. } => (d, None),
+        NetCommand::Show { domain: d, .. } | NetCommand::Why { domain: d, .. } => (d, None),
         NetCommand::Allow { cidr, domain, save } => (domain, Some((cidr.clone(), true, *save))),
         NetCommand::Deny { cidr, domain, save } => (domain, Some((cidr.clone(), false, *save))),
     };
@@ -844,12 +854,16 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
             }
             return Ok(ExitCode::SUCCESS);
         }
-        NetCommand::Show(_) => {
+        NetCommand::Show { json, .. } => {
             let policy = net::policy(spec)?;
             let report = net::show(&podman, &sidecar, Some(&policy)).with_context(|| {
                 format!("cannot read the sidecar {sidecar}; is the domain up? (lazaret status)")
             })?;
-            print!("{report}");
+            if *json {
+                print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+            } else {
+                print_out(&report.to_string())?;
+            }
             if !net::in_force(&report, &policy) {
                 eprintln!("lazaret: warning: the live table differs from the policy");
             }
@@ -1135,13 +1149,31 @@ fn image_build_agent(
     Ok(ExitCode::SUCCESS)
 }
 
-fn image_list() -> Result<ExitCode> {
+fn image_list(json: bool) -> Result<ExitCode> {
     let rows = images::list_images(&Podman::default()).context("cannot list images")?;
+    if json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id,
+                    "names": r.names,
+                    "agent": r.agent(),
+                    "version": r.version(),
+                    "created": r.created,
+                    "size": r.size,
+                })
+            })
+            .collect();
+        return print_out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+    }
+    let mut out = String::new();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    println!(
+    let _ = writeln!(
+        out,
         "{:<48} {:<8} {:<12} {:>8} {:>10}",
         "IMAGE", "AGENT", "VERSION", "AGE", "SIZE"
     );
@@ -1161,7 +1193,8 @@ fn image_list() -> Result<ExitCode> {
         } else {
             format!("{}d", age / 86_400)
         };
-        println!(
+        let _ = writeln!(
+            out,
             "{:<48} {:<8} {:<12} {:>8} {:>7.1} MB",
             name,
             row.agent().unwrap_or_else(|| "-".into()),
@@ -1170,7 +1203,23 @@ fn image_list() -> Result<ExitCode> {
             row.size as f64 / 1e6
         );
     }
-    Ok(ExitCode::SUCCESS)
+    print_out(&out)
+}
+
+/// Prints `text` on stdout; a reader that went away (`| head`) is not an
+/// error, as for any Unix tool.
+fn print_out(text: &str) -> Result<ExitCode> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
 fn image_build(
