@@ -116,9 +116,17 @@ fn dynamic_helper_builds_are_passed_over() {
     let libexec = s.mkdir("libexec");
     // A dynamically linked executable, named like the sidecar.
     std::fs::copy("/bin/true", libexec.join("lazaret-sidecar")).unwrap();
-    let mut cmd = lazaret(&home(), &s.path(), STANDARD_PATH, &["doctor"]);
-    cmd.env("LAZARET_LIBEXEC_DIR", &libexec);
-    let out = cmd.output().unwrap();
+    let libexec_s = libexec.display().to_string();
+    // (Over any LAZARET_LIBEXEC_DIR the tests themselves run with.)
+    let out = common::lazaret_env(
+        &home(),
+        &s.path(),
+        STANDARD_PATH,
+        &[("LAZARET_LIBEXEC_DIR", &libexec_s)],
+        &["doctor"],
+    )
+    .output()
+    .unwrap();
     let (stdout, stderr) = text(&out);
     let line = stdout
         .lines()
