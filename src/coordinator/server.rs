@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use super::confine;
 use super::escalation::{
-    EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory, Setup, ToHuman,
-    Verdict,
+    AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
+    Setup, ToHuman, Verdict,
 };
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
@@ -524,6 +524,21 @@ fn start_watchdog(shared: &Arc<Shared>, stop: std::sync::mpsc::Receiver<()>) {
     });
 }
 
+/// The store as the Escalation Socket's audit log, failures logged.
+struct LoggedAudit(Arc<Store>);
+
+impl AuditLog for LoggedAudit {
+    fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
+        AuditLog::append(self.0.as_ref(), kind, data)
+            .inspect_err(|e| log(&format!("audit write failed: {e}")))
+    }
+
+    fn commit(&self, batch: super::store::Batch) -> Result<bool, String> {
+        AuditLog::commit(self.0.as_ref(), batch)
+            .inspect_err(|e| log(&format!("audit write failed: {e}")))
+    }
+}
+
 fn start_escalation(
     shared: &Arc<Shared>,
     cfg: &crate::config::EscalationConfig,
@@ -537,7 +552,6 @@ fn start_escalation(
         .filter(|a| a.network)
         .map(|a| a.argv.clone())
         .collect();
-    let audit_store = shared.store.clone();
     let server = EscalationServer::new(Setup {
         profile: anchor.profile(),
         domain_hash: anchor.hash(),
@@ -549,12 +563,7 @@ fn start_escalation(
         limits: ExecLimits::default(),
         requests: RequestLimits::default(),
         store: shared.store.clone(),
-        audit: Arc::new(move |kind, data| {
-            audit_store.append(kind, data).map(|_| ()).map_err(|e| {
-                log(&format!("audit write failed: {e}"));
-                e.to_string()
-            })
-        }),
+        audit: Arc::new(LoggedAudit(shared.store.clone())),
     })?;
     if let confine::Support::Missing(why) = &server.support {
         log(&format!(
