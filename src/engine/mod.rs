@@ -396,22 +396,25 @@ impl Engine {
                 // Fail closed: prove from inside what the UI will claim.
                 // The runtime check, the sidecar's table and the sandbox's
                 // own report (written by its entrypoint) side by side.
+                // The footprint (for a teardown podman cannot help) is
+                // recorded meanwhile.
+                let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
+                    .then_some(layout.host.as_path());
                 std::thread::scope(|scope| {
                     let runtime = scope.spawn(|| self.verify_runtime(&s));
+                    let footprint = scope.spawn(|| self.record_footprint(anchor, direct));
                     let gate = selftest::gate(self, resolved, &s, &report);
+                    let _ = footprint.join();
                     runtime.join().expect("runtime check thread")?;
                     gate
                 })?;
-                clock.mark("runtime verified and self-test passed");
+                clock.mark("runtime verified, footprint recorded, self-test passed");
                 Ok(s)
             });
         match result {
             Ok(s) => {
-                let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
-                    .then_some(layout.host.as_path());
-                self.record_footprint(anchor, direct);
                 self.secure_domain(anchor);
-                clock.mark("footprint recorded");
+                clock.mark("domain secured");
                 clock.total();
                 progress(Step::Ready);
                 Ok(s)
@@ -595,9 +598,16 @@ impl Engine {
             resolver.ttl_cap.to_string(),
         ]);
         self.podman.run(&args)?;
-        // Healthy means: running, and its table is exactly the policy.
+        // Healthy means: running, and its table is exactly the policy. A
+        // table read through `podman exec` proves it runs, so its state is
+        // asked only while the table is not there yet.
         let deadline = Instant::now() + SIDECAR_DEADLINE;
         loop {
+            if let Ok(report) = crate::net::show(&self.podman, &name, None)
+                && crate::net::in_force(&report, &policy)
+            {
+                return Ok(());
+            }
             let state = self.podman.run([
                 "container",
                 "inspect",
@@ -605,12 +615,6 @@ impl Engine {
                 "{{.State.Status}}",
                 &name,
             ])?;
-            if state.trim() == "running"
-                && let Ok(report) = crate::net::show(&self.podman, &name, None)
-                && crate::net::in_force(&report, &policy)
-            {
-                return Ok(());
-            }
             if Instant::now() > deadline || state.trim() == "exited" {
                 let logs = self.podman.run(["logs", &name]).unwrap_or_default();
                 return Err(EngineError::SidecarUnhealthy {
