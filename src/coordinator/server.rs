@@ -327,15 +327,23 @@ async fn serve(
             let s2 = shared.clone();
             let tx = boot_tx.clone();
             let result = tokio::task::spawn_blocking(move || {
-                let host = s2.engine.host_support();
-                let profile = &s2.resolved.profile;
-                let gaps =
-                    crate::engine::limits::Enforcement::of(&profile.limits, profile.runtime, &host)
-                        .gaps(&host);
-                for g in &gaps {
-                    log(g);
-                }
-                *s2.limit_gaps.lock().expect("lock") = gaps;
+                // `podman info` (slow) beside the boot, which asks for the
+                // same answer only when it starts the sandbox (cached).
+                let s3 = s2.clone();
+                std::thread::spawn(move || {
+                    let host = s3.engine.host_support();
+                    let profile = &s3.resolved.profile;
+                    let gaps = crate::engine::limits::Enforcement::of(
+                        &profile.limits,
+                        profile.runtime,
+                        &host,
+                    )
+                    .gaps(&host);
+                    for g in &gaps {
+                        log(g);
+                    }
+                    *s3.limit_gaps.lock().expect("lock") = gaps;
+                });
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
                     s2.boot_log.lock().expect("lock").push(step.to_string());

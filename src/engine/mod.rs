@@ -295,10 +295,41 @@ impl Engine {
         let layout = self.layout(resolved)?;
         let _ = crate::domains::record_anchor(&self.domain_root(anchor), anchor);
         clock.mark("storage root, runtime wrapper, layout");
-        // One podman call says both what runs and what is left over.
-        let containers = self
-            .podman
-            .containers_with_label_running(LABEL_DOMAIN, anchor.hash())?;
+        // Side by side, all read-only: what of the domain runs or is left
+        // over (one podman call), the two images, the host's limits.
+        let (containers, image_there, sidecar_image) = std::thread::scope(|scope| {
+            let sidecar = scope.spawn(|| {
+                let t = Instant::now();
+                let r = images::ensure_sidecar_image(&self.podman);
+                BootClock::took("sidecar image (concurrent)", t);
+                r
+            });
+            let image = scope.spawn(|| {
+                let t = Instant::now();
+                let r = self.podman.image_exists(&profile.image);
+                BootClock::took("agent image exists (concurrent)", t);
+                r
+            });
+            scope.spawn(|| {
+                let t = Instant::now();
+                self.host_support();
+                BootClock::took("host limits, podman info (concurrent)", t);
+            });
+            let containers = self
+                .podman
+                .containers_with_label_running(LABEL_DOMAIN, anchor.hash());
+            BootClock::took(
+                "containers of the domain, podman ps (concurrent)",
+                clock.last,
+            );
+            (
+                containers,
+                image.join().expect("image thread"),
+                sidecar.join().expect("sidecar image thread"),
+            )
+        });
+        clock.mark("containers, images, host limits");
+        let containers = containers?;
         let running = |name: String| containers.iter().any(|(n, r)| *n == name && *r);
         if running(anchor.sandbox_name())
             && running(anchor.sidecar_name())
@@ -307,46 +338,21 @@ impl Engine {
             progress(Step::Ready);
             return Ok(s);
         }
-        clock.mark("containers of the domain (podman ps)");
         if !containers.is_empty() || teardown::marker(&self.rundir, anchor.hash()).exists() {
             progress(Step::CleaningLeftovers);
             self.down(anchor)?;
             clock.mark("leftovers removed");
         }
-        // Independent: the sidecar image, the host's limits and the
-        // workspace, beside the agent image (whose pull reports progress).
-        let (sidecar_image, prepared) = std::thread::scope(|scope| {
-            let sidecar = scope.spawn(|| {
-                let t = Instant::now();
-                let r = images::ensure_sidecar_image(&self.podman);
-                BootClock::took("sidecar image (concurrent)", t);
-                r
-            });
-            let host = scope.spawn(|| {
-                let t = Instant::now();
-                self.host_support();
-                BootClock::took("host limits, podman info (concurrent)", t);
-            });
-            let workspace = scope.spawn(|| {
-                let t = Instant::now();
-                let r = layout.prepare();
-                BootClock::took("workspace and branch (concurrent)", t);
-                r
-            });
-            let image = self.ensure_image(&profile.image, progress);
-            progress(Step::PreparingWorkspace);
-            let prepared = workspace.join().expect("workspace thread");
-            progress(Step::SidecarImage);
-            let sidecar_image = sidecar.join().expect("sidecar image thread");
-            let _ = host.join();
-            (
-                sidecar_image,
-                image.and(prepared.map_err(EngineError::from)),
-            )
-        });
+        if !image_there? {
+            // Absent: pulled (with progress) or refused.
+            self.ensure_image(&profile.image, progress)?;
+        }
+        progress(Step::PreparingWorkspace);
+        let prepared = layout.prepare();
+        progress(Step::SidecarImage);
         prepared?;
         let sidecar_image = sidecar_image?;
-        clock.mark("images, workspace, host limits");
+        clock.mark("workspace and branch");
 
         progress(Step::StartingSidecar);
         progress(Step::MountingStateAnchor);
