@@ -296,7 +296,9 @@ impl Engine {
         let _ = crate::domains::record_anchor(&self.domain_root(anchor), anchor);
         clock.mark("storage root, runtime wrapper, layout");
         // Side by side, all read-only: what of the domain runs or is left
-        // over (one podman call), the two images, the host's limits.
+        // over (one podman call) and the two images. (The host's limits,
+        // `podman info`, are asked beside the boot by the coordinator and
+        // waited for only when the sandbox starts.)
         let (containers, image_there, sidecar_image) = std::thread::scope(|scope| {
             let sidecar = scope.spawn(|| {
                 let t = Instant::now();
@@ -309,11 +311,6 @@ impl Engine {
                 let r = self.podman.image_exists(&profile.image);
                 BootClock::took("agent image exists (concurrent)", t);
                 r
-            });
-            scope.spawn(|| {
-                let t = Instant::now();
-                self.host_support();
-                BootClock::took("host limits, podman info (concurrent)", t);
             });
             let containers = self
                 .podman
@@ -328,7 +325,7 @@ impl Engine {
                 sidecar.join().expect("sidecar image thread"),
             )
         });
-        clock.mark("containers, images, host limits");
+        clock.mark("containers and images");
         let containers = containers?;
         let running = |name: String| containers.iter().any(|(n, r)| *n == name && *r);
         if running(anchor.sandbox_name())
