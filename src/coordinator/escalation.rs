@@ -346,13 +346,6 @@ impl EscalationServer {
         self.audit.append(kind, data)
     }
 
-    /// An outcome, written while the answer goes out (the request and its
-    /// decision were committed before the command ran).
-    fn audit_later(&self, kind: &'static str, data: serde_json::Value) {
-        let audit = self.audit.clone();
-        tokio::task::spawn_blocking(move || audit.append(kind, data));
-    }
-
     /// Takes one request from the session's rate budget.
     fn admit(&self, session: &str) -> Result<(), String> {
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
@@ -746,7 +739,7 @@ impl EscalationServer {
         let out = execute(&exec, cwd, confinement, self.limits).await;
         let resp = match out {
             Ok(o) => {
-                self.audit_later(
+                let _ = self.audit(
                     "escalation-result",
                     serde_json::json!({
                         "request_id": id, "exit_code": o.code, "timed_out": o.timed_out,
@@ -766,7 +759,7 @@ impl EscalationServer {
                     .with_truncated(o.truncated)
             }
             Err(e) => {
-                self.audit_later(
+                let _ = self.audit(
                     "escalation-result",
                     serde_json::json!({ "request_id": id, "error": e }),
                 );
