@@ -701,16 +701,20 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
                 reason: Some("the session left before its human decided".into()),
             });
         }
+        // The last one stops the coordinator before anything else (its
+        // control socket goes at once): a client started right after this
+        // session ended finds no coordinator about to stop, and starts the
+        // next one instead. The teardown that follows outlasts the record.
+        if remaining == 0 {
+            log("last session left");
+            let _ = shared.shutdown.send(true);
+        }
         shared
             .audit(
                 "session-end",
                 serde_json::json!({ "session_id": info.session_id, "pid": info.pid }),
             )
             .await;
-        if remaining == 0 {
-            log("last session left");
-            let _ = shared.shutdown.send(true);
-        }
     }
     if let Err(e) = result
         && !matches!(e, FrameError::Closed)
