@@ -282,7 +282,7 @@ fn a_request_that_cannot_be_audited_does_not_run() {
         limits: ExecLimits::default(),
         requests: RequestLimits::default(),
         store: store.clone(),
-        audit: Arc::new(Failing(store.clone(), f)),
+        audit: Arc::new(Failing(store, f)),
     })
     .unwrap();
     let socket = server.socket.clone();
