@@ -151,6 +151,30 @@ impl Podman {
             .collect())
     }
 
+    /// Containers carrying `label=value` (running or not), each with
+    /// whether it runs: one podman call where a name check each would be
+    /// several.
+    pub fn containers_with_label_running(
+        &self,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<(String, bool)>, PodmanError> {
+        let out = self.run([
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label={label}={value}"),
+            "--format",
+            "{{.Names}}\t{{.State}}",
+        ])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            // podman 4 prints "Up 3 minutes ago", later ones "running".
+            .map(|(n, s)| (n.to_string(), s.starts_with("Up") || s == "running"))
+            .collect())
+    }
+
     /// `true` when the named container exists and is running.
     pub fn is_running(&self, name: &str) -> Result<bool, PodmanError> {
         match self.run([

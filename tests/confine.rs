@@ -226,9 +226,10 @@ fn a_request_that_cannot_be_audited_does_not_run() {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use lazaret::coordinator::escalation::{
-        EscalationServer, Outcome, Prompt, RequestLimits, SessionDirectory, Setup, Verdict,
+        AuditLog, EscalationServer, Outcome, Prompt, RequestLimits, SessionDirectory, Setup,
+        Verdict,
     };
-    use lazaret::coordinator::store::Store;
+    use lazaret::coordinator::store::{Batch, Store};
     use lazaret_escalate::client::{Settings, build_request, exchange};
     use lazaret_escalate::ed25519_dalek::VerifyingKey;
     use lazaret_escalate::signing::{self, SessionKey};
@@ -243,6 +244,23 @@ fn a_request_that_cannot_be_audited_does_not_run() {
         }
         fn tell(&self, _: &str, _: Outcome) {}
         fn withdraw(&self, _: &str, _: &str, _: &str) {}
+    }
+
+    /// The real store, failing on demand.
+    struct Failing(Arc<Store>, Arc<AtomicBool>);
+    impl AuditLog for Failing {
+        fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
+            if self.1.load(Ordering::SeqCst) {
+                return Err("the disk is full".into());
+            }
+            AuditLog::append(self.0.as_ref(), kind, data)
+        }
+        fn commit(&self, batch: Batch) -> Result<bool, String> {
+            if self.1.load(Ordering::SeqCst) {
+                return Err("the disk is full".into());
+            }
+            AuditLog::commit(self.0.as_ref(), batch)
+        }
     }
 
     let dir = tempfile::tempdir().unwrap();
@@ -263,14 +281,8 @@ fn a_request_that_cannot_be_audited_does_not_run() {
         auto_approve_network: &[],
         limits: ExecLimits::default(),
         requests: RequestLimits::default(),
-        store,
-        audit: Arc::new(move |_, _| {
-            if f.load(Ordering::SeqCst) {
-                Err("the disk is full".into())
-            } else {
-                Ok(())
-            }
-        }),
+        store: store.clone(),
+        audit: Arc::new(Failing(store, f)),
     })
     .unwrap();
     let socket = server.socket.clone();

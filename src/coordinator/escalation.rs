@@ -30,7 +30,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UnixListener;
 
 use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
-use super::store::Store;
+use super::store::{Batch, Store};
 
 /// How long the sandbox's and the socket's certificates live; both are
 /// renewed at half of it while the coordinator runs (a long day outlasts
@@ -232,11 +232,30 @@ pub struct EscalationServer {
     requests: RequestLimits,
     budgets: Mutex<HashMap<String, Budget>>,
     store: Arc<Store>,
-    audit: Arc<AuditFn>,
+    audit: Arc<dyn AuditLog>,
 }
 
-/// Appends an audit record; an error means it was not written.
-pub type AuditFn = dyn Fn(&'static str, serde_json::Value) -> Result<(), String> + Send + Sync;
+/// Where the Escalation Socket's records go (the store; a test may make
+/// it fail). An error means nothing was written, so nothing may run.
+pub trait AuditLog: Send + Sync {
+    /// Appends one audit record.
+    fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String>;
+    /// Writes `batch` in one durable commit, or nothing; `Ok(false)` when
+    /// its request was seen before (a replay).
+    fn commit(&self, batch: Batch) -> Result<bool, String>;
+}
+
+impl AuditLog for Store {
+    fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
+        Store::append(self, kind, data)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn commit(&self, batch: Batch) -> Result<bool, String> {
+        Store::commit(self, batch).map_err(|e| e.to_string())
+    }
+}
 
 impl std::fmt::Debug for EscalationServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,8 +293,9 @@ pub struct Setup<'a> {
     pub auto_approve_network: &'a [Vec<String>],
     pub limits: ExecLimits,
     pub requests: RequestLimits,
+    /// Read for replays; written only through `audit`.
     pub store: Arc<Store>,
-    pub audit: Arc<AuditFn>,
+    pub audit: Arc<dyn AuditLog>,
 }
 
 impl EscalationServer {
@@ -410,7 +430,7 @@ impl EscalationServer {
     }
 
     fn audit(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
-        (self.audit)(kind, data)
+        self.audit.append(kind, data)
     }
 
     /// Takes one request from the session's rate budget.
@@ -542,14 +562,14 @@ impl EscalationServer {
         if let Err(why) = self.admit(&req.session_id) {
             return refuse("rate", why);
         }
+        // A read here (no write, no fsync): the one commit below marks the
+        // request seen, checking again, with its audit records.
         let replay_key = hex::encode(verified.replay_key());
-        let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || store.first_sighting(&replay_key)).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => {
+        match self.store.seen(&replay_key) {
+            Ok(false) => {}
+            Ok(true) => {
                 return refuse("replay", format!("request {id} was seen before (replay)"));
             }
-            Ok(Err(e)) => return refuse("store", e.to_string()),
             Err(e) => return refuse("store", e.to_string()),
         }
         let cwd = match protocol::map_cwd(
@@ -584,37 +604,50 @@ impl EscalationServer {
             Err(e) => return refuse("cwd", e.to_string()),
         };
         let decision = classify::classify_with(&req.command, &self.rules, &root.probe(&pinned));
-        // A request that cannot be audited does not run.
-        if let Err(e) = self.audit(
-            "escalation-request",
-            serde_json::json!({
-                "request_id": id, "session_id": req.session_id, "profile": req.profile,
-                "cwd": req.cwd, "host_cwd": pinned.host, "command": self.stored(&req.command),
-                "justification": self.stored(&req.justification), "timestamp": req.timestamp,
-                "classification": describe(&decision),
-            }),
-        ) {
-            return Response::error(
-                &id,
-                format!(
-                    "request refused: it could not be written to the audit log ({e}); nothing ran"
-                ),
-            );
+        // A request that cannot be audited does not run. Its request
+        // record, its row, its replay mark and (auto-approved) its decision
+        // are one durable commit before anything runs.
+        let mut batch = Batch {
+            first_sighting: Some(replay_key),
+            requests: vec![(
+                id.clone(),
+                serde_json::json!({
+                    "session_id": req.session_id, "command": self.stored(&req.command),
+                    "cwd": req.cwd, "justification": self.stored(&req.justification),
+                }),
+            )],
+            decisions: Vec::new(),
+            audit: vec![(
+                "escalation-request",
+                serde_json::json!({
+                    "request_id": id, "session_id": req.session_id, "profile": req.profile,
+                    "cwd": req.cwd, "host_cwd": pinned.host, "command": self.stored(&req.command),
+                    "justification": self.stored(&req.justification), "timestamp": req.timestamp,
+                    "classification": describe(&decision),
+                }),
+            )],
+        };
+        if matches!(decision, Decision::AutoApprove { .. }) {
+            let record = self.decision_record(&id, "auto-approved", &req.command, None);
+            batch.decisions.push((id.clone(), record.clone()));
+            batch.audit.push(("escalation-decision", record));
         }
-        if let Err(e) = self.store.put_request(
-            &id,
-            &serde_json::json!({
-                "session_id": req.session_id, "command": self.stored(&req.command),
-                "cwd": req.cwd, "justification": self.stored(&req.justification),
-            }),
-        ) {
-            return refuse("store", e.to_string());
+        match self.audit.commit(batch) {
+            Ok(true) => {}
+            Ok(false) => {
+                return refuse("replay", format!("request {id} was seen before (replay)"));
+            }
+            Err(e) => {
+                return Response::error(
+                    &id,
+                    format!(
+                        "request refused: it could not be written to the audit log ({e}); nothing ran"
+                    ),
+                );
+            }
         }
         match decision {
             Decision::AutoApprove { argv, program_path } => {
-                if let Err(e) = self.decided(&id, "auto-approved", &req.command, None) {
-                    return Response::error(&id, e);
-                }
                 let network = self.rules.matching(&argv).is_some_and(|m| m.network);
                 let confinement = match root.ruleset(network).and_then(|ruleset| {
                     Ok(Confinement {
@@ -752,20 +785,33 @@ impl EscalationServer {
         command: &str,
         reason: Option<&str>,
     ) -> Result<(), String> {
+        let record = self.decision_record(id, decision, command, reason);
+        let batch = Batch {
+            decisions: vec![(id.to_string(), record.clone())],
+            audit: vec![("escalation-decision", record)],
+            ..Batch::default()
+        };
+        self.audit.commit(batch).map(|_| ()).map_err(|e| {
+            format!("the decision could not be written to the audit log ({e}); nothing ran")
+        })
+    }
+
+    fn decision_record(
+        &self,
+        id: &str,
+        decision: &str,
+        command: &str,
+        reason: Option<&str>,
+    ) -> serde_json::Value {
         // The exact argv when short; a hash and preview otherwise.
         let argv = if command.len() <= self.requests.stored_text {
             serde_json::json!(classify::split(command).ok())
         } else {
             serde_json::Value::Null
         };
-        let record = serde_json::json!({
+        serde_json::json!({
             "request_id": id, "decision": decision, "command": self.stored(command),
             "argv": argv, "reason": reason,
-        });
-        let stored = self.store.put_decision(id, &record);
-        let audited = self.audit("escalation-decision", record);
-        stored.map_err(|e| e.to_string()).and(audited).map_err(|e| {
-            format!("the decision could not be written to the audit log ({e}); nothing ran")
         })
     }
 

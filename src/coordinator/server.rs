@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use super::confine;
 use super::escalation::{
-    EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory, Setup, ToHuman,
-    Verdict,
+    AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
+    Setup, ToHuman, Verdict,
 };
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
@@ -341,15 +341,23 @@ async fn serve(
             let s2 = shared.clone();
             let tx = boot_tx.clone();
             let result = tokio::task::spawn_blocking(move || {
-                let host = s2.engine.host_support();
-                let profile = &s2.resolved.profile;
-                let gaps =
-                    crate::engine::limits::Enforcement::of(&profile.limits, profile.runtime, &host)
-                        .gaps(&host);
-                for g in &gaps {
-                    log(g);
-                }
-                *s2.limit_gaps.lock().expect("lock") = gaps;
+                // `podman info` (slow) beside the boot, which asks for the
+                // same answer only when it starts the sandbox (cached).
+                let s3 = s2.clone();
+                std::thread::spawn(move || {
+                    let host = s3.engine.host_support();
+                    let profile = &s3.resolved.profile;
+                    let gaps = crate::engine::limits::Enforcement::of(
+                        &profile.limits,
+                        profile.runtime,
+                        &host,
+                    )
+                    .gaps(&host);
+                    for g in &gaps {
+                        log(g);
+                    }
+                    *s3.limit_gaps.lock().expect("lock") = gaps;
+                });
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
                     s2.boot_log.lock().expect("lock").push(step.to_string());
@@ -538,6 +546,21 @@ fn start_watchdog(shared: &Arc<Shared>, stop: std::sync::mpsc::Receiver<()>) {
     });
 }
 
+/// The store as the Escalation Socket's audit log, failures logged.
+struct LoggedAudit(Arc<Store>);
+
+impl AuditLog for LoggedAudit {
+    fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
+        AuditLog::append(self.0.as_ref(), kind, data)
+            .inspect_err(|e| log(&format!("audit write failed: {e}")))
+    }
+
+    fn commit(&self, batch: super::store::Batch) -> Result<bool, String> {
+        AuditLog::commit(self.0.as_ref(), batch)
+            .inspect_err(|e| log(&format!("audit write failed: {e}")))
+    }
+}
+
 fn start_escalation(
     shared: &Arc<Shared>,
     cfg: &crate::config::EscalationConfig,
@@ -551,7 +574,6 @@ fn start_escalation(
         .filter(|a| a.network)
         .map(|a| a.argv.clone())
         .collect();
-    let audit_store = shared.store.clone();
     let server = EscalationServer::new(Setup {
         profile: anchor.profile(),
         domain_hash: anchor.hash(),
@@ -563,12 +585,7 @@ fn start_escalation(
         limits: ExecLimits::default(),
         requests: RequestLimits::default(),
         store: shared.store.clone(),
-        audit: Arc::new(move |kind, data| {
-            audit_store.append(kind, data).map(|_| ()).map_err(|e| {
-                log(&format!("audit write failed: {e}"));
-                e.to_string()
-            })
-        }),
+        audit: Arc::new(LoggedAudit(shared.store.clone())),
     })?;
     if let confine::Support::Missing(why) = &server.support {
         log(&format!(
@@ -698,16 +715,20 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
                 reason: Some("the session left before its human decided".into()),
             });
         }
+        // The last one stops the coordinator before anything else (its
+        // control socket goes at once): a client started right after this
+        // session ended finds no coordinator about to stop, and starts the
+        // next one instead. The teardown that follows outlasts the record.
+        if remaining == 0 {
+            log("last session left");
+            let _ = shared.shutdown.send(true);
+        }
         shared
             .audit(
                 "session-end",
                 serde_json::json!({ "session_id": info.session_id, "pid": info.pid }),
             )
             .await;
-        if remaining == 0 {
-            log("last session left");
-            let _ = shared.shutdown.send(true);
-        }
     }
     if let Err(e) = result
         && !matches!(e, FrameError::Closed)

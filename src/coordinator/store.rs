@@ -148,6 +148,19 @@ pub fn verify_chain(records: impl IntoIterator<Item = (u64, AuditRecord)>) -> Ve
     }
 }
 
+/// Rows and audit records written together by [`Store::commit`].
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// Marked seen; a key seen before aborts the whole batch (a replay).
+    pub first_sighting: Option<String>,
+    /// Escalation requests, by request id.
+    pub requests: Vec<(String, serde_json::Value)>,
+    /// Decisions, by request id.
+    pub decisions: Vec<(String, serde_json::Value)>,
+    /// Audit records, appended in this order.
+    pub audit: Vec<(&'static str, serde_json::Value)>,
+}
+
 /// The coordinator's handle on the store.
 #[derive(Debug)]
 pub struct Store {
@@ -252,32 +265,88 @@ impl Store {
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let record = {
             let mut audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
-            let (seq, prev) = match audit.last().map_err(|e| self.err(e))? {
-                Some((k, v)) => {
-                    let r: AuditRecord = decode(v.value())?;
-                    (k.value() + 1, r.hash)
-                }
-                None => (0, GENESIS.to_string()),
-            };
-            let time = now();
-            let hash = AuditRecord::compute_hash(seq, time, kind, &data, &prev);
-            let record = AuditRecord {
-                seq,
-                time,
-                kind: kind.to_string(),
-                data,
-                prev_hash: prev,
-                hash,
-            };
-            let bytes =
-                serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            audit
-                .insert(seq, bytes.as_slice())
-                .map_err(|e| self.err(e))?;
-            record
+            self.append_in(&mut audit, kind, data)?
         };
         tx.commit().map_err(|e| self.err(e))?;
         Ok(record)
+    }
+
+    fn append_in(
+        &self,
+        audit: &mut redb::Table<u64, &[u8]>,
+        kind: &str,
+        data: serde_json::Value,
+    ) -> Result<AuditRecord, StoreError> {
+        let (seq, prev) = match audit.last().map_err(|e| self.err(e))? {
+            Some((k, v)) => {
+                let r: AuditRecord = decode(v.value())?;
+                (k.value() + 1, r.hash)
+            }
+            None => (0, GENESIS.to_string()),
+        };
+        let time = now();
+        let hash = AuditRecord::compute_hash(seq, time, kind, &data, &prev);
+        let record = AuditRecord {
+            seq,
+            time,
+            kind: kind.to_string(),
+            data,
+            prev_hash: prev,
+            hash,
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        audit
+            .insert(seq, bytes.as_slice())
+            .map_err(|e| self.err(e))?;
+        Ok(record)
+    }
+
+    /// Writes everything in `batch` in one durable commit, or nothing:
+    /// `Ok(false)` (and nothing written) when its replay key was seen
+    /// before. One escalation request costs one `fdatasync` before its
+    /// command runs, not one per row.
+    pub fn commit(&self, batch: Batch) -> Result<bool, StoreError> {
+        self.room()?;
+        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            if let Some(key) = &batch.first_sighting {
+                let mut t = tx.open_table(SEEN_IDS).map_err(|e| self.err(e))?;
+                if t.get(key.as_str()).map_err(|e| self.err(e))?.is_some() {
+                    drop(t);
+                    tx.abort().map_err(|e| self.err(e))?;
+                    return Ok(false);
+                }
+                t.insert(key.as_str(), now()).map_err(|e| self.err(e))?;
+            }
+            for (table, rows) in [(REQUESTS, &batch.requests), (DECISIONS, &batch.decisions)] {
+                if rows.is_empty() {
+                    continue;
+                }
+                let mut t = tx.open_table(table).map_err(|e| self.err(e))?;
+                for (key, value) in rows {
+                    let bytes = serde_json::to_vec(value)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    t.insert(key.as_str(), bytes.as_slice())
+                        .map_err(|e| self.err(e))?;
+                }
+            }
+            if !batch.audit.is_empty() {
+                let mut audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
+                for (kind, data) in batch.audit {
+                    self.append_in(&mut audit, kind, data)?;
+                }
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(true)
+    }
+
+    /// Whether `request_id` was seen before (a read: nothing is written;
+    /// [`Store::commit`] checks again as it marks it).
+    pub fn seen(&self, request_id: &str) -> Result<bool, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(SEEN_IDS).map_err(|e| self.err(e))?;
+        Ok(t.get(request_id).map_err(|e| self.err(e))?.is_some())
     }
 
     /// Every audit record, in order (records that do not decode are errors).

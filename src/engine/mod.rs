@@ -189,6 +189,9 @@ pub struct Engine {
     /// `[escalation].socket_dir`.
     pub socket_dir: PathBuf,
     pub rundir: RuntimeDir,
+    /// What this host lets podman enforce, asked once (`podman info` is
+    /// one of the slowest podman calls, and a boot needs it twice).
+    host: std::sync::Arc<std::sync::OnceLock<limits::HostSupport>>,
 }
 
 /// A running domain, as the engine started (or found) it.
@@ -256,6 +259,7 @@ impl Engine {
             data_root: config.data_root.clone(),
             socket_dir: config.escalation.socket_dir.clone(),
             rundir,
+            host: Default::default(),
         }
     }
 
@@ -264,6 +268,10 @@ impl Engine {
     }
 
     /// Starts the domain of `resolved`, or returns it when it already runs.
+    ///
+    /// Independent steps run side by side (the images, the host's limits,
+    /// the workspace; then the sidecar and the State Anchor), and each
+    /// step's time goes to the log (`boot ...: N ms`, see [`BootClock`]).
     pub fn up(
         &self,
         resolved: &ResolvedProfile,
@@ -272,6 +280,7 @@ impl Engine {
     ) -> Result<Sandbox, EngineError> {
         let anchor = &resolved.domain;
         let profile = &resolved.profile;
+        let mut clock = BootClock::start();
         self.check_storage_root()?;
         // Decide the runtime first: with runsc missing this fails before
         // anything starts (decisions.md D7).
@@ -283,50 +292,96 @@ impl Engine {
         };
         let layout = self.layout(resolved)?;
         let _ = crate::domain::record_anchor(&self.domain_root(anchor), anchor);
-        if self.podman.is_running(&anchor.sandbox_name())?
-            && self.podman.is_running(&anchor.sidecar_name())?
+        clock.mark("storage root, runtime wrapper, layout");
+        // Side by side, all read-only: what of the domain runs or is left
+        // over (one podman call) and the two images. (The host's limits,
+        // `podman info`, are asked beside the boot by the coordinator and
+        // waited for only when the sandbox starts.)
+        let (containers, image_there, sidecar_image) = std::thread::scope(|scope| {
+            let sidecar = scope.spawn(|| {
+                let t = Instant::now();
+                let r = images::ensure_sidecar_image(&self.podman);
+                BootClock::took("sidecar image (concurrent)", t);
+                r
+            });
+            let image = scope.spawn(|| {
+                let t = Instant::now();
+                let r = self.podman.image_exists(&profile.image);
+                BootClock::took("agent image exists (concurrent)", t);
+                r
+            });
+            let containers = self
+                .podman
+                .containers_with_label_running(LABEL_DOMAIN, anchor.hash());
+            BootClock::took(
+                "containers of the domain, podman ps (concurrent)",
+                clock.last,
+            );
+            (
+                containers,
+                image.join().expect("image thread"),
+                sidecar.join().expect("sidecar image thread"),
+            )
+        });
+        clock.mark("containers and images");
+        let containers = containers?;
+        let running = |name: String| containers.iter().any(|(n, r)| *n == name && *r);
+        if running(anchor.sandbox_name())
+            && running(anchor.sidecar_name())
             && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
         {
             progress(Step::Ready);
             return Ok(s);
         }
-        if !self
-            .podman
-            .containers_with_label(LABEL_DOMAIN, anchor.hash())?
-            .is_empty()
-            || teardown::marker(&self.rundir, anchor.hash()).exists()
-        {
+        if !containers.is_empty() || teardown::marker(&self.rundir, anchor.hash()).exists() {
             progress(Step::CleaningLeftovers);
             self.down(anchor)?;
+            clock.mark("leftovers removed");
         }
-        self.ensure_image(&profile.image, progress)?;
+        if !image_there? {
+            // Absent: pulled (with progress) or refused.
+            self.ensure_image(&profile.image, progress)?;
+        }
         progress(Step::PreparingWorkspace);
-        layout.prepare()?;
+        let prepared = layout.prepare();
         progress(Step::SidecarImage);
-        let sidecar_image = images::ensure_sidecar_image(&self.podman)?;
+        prepared?;
+        let sidecar_image = sidecar_image?;
+        clock.mark("workspace and branch");
 
         progress(Step::StartingSidecar);
-        let result = self
-            .start_sidecar(
-                anchor,
-                &sidecar_image,
-                &resolved.network,
-                &resolved.resolver,
-            )
-            .and_then(|()| {
-                progress(Step::MountingStateAnchor);
-                state_anchor::mount(
+        progress(Step::MountingStateAnchor);
+        // The State Anchor needs only the image: mounted while the sidecar
+        // starts and becomes healthy.
+        let (sidecar, persistent) = std::thread::scope(|scope| {
+            let mount = scope.spawn(|| {
+                let t = Instant::now();
+                let r = state_anchor::mount(
                     &self.podman,
                     &self.domain_root(anchor),
                     &profile.image,
                     &profile.persistent_dirs,
-                )
-                .map_err(EngineError::from)
-            })
+                );
+                BootClock::took("State Anchor (concurrent)", t);
+                r
+            });
+            let sidecar = self.start_sidecar(
+                anchor,
+                &sidecar_image,
+                &resolved.network,
+                &resolved.resolver,
+            );
+            (sidecar, mount.join().expect("State Anchor thread"))
+        });
+        clock.mark("sidecar healthy and State Anchor mounted");
+        let result = sidecar
+            .and(persistent.map_err(EngineError::from))
             .and_then(|persistent| {
                 progress(Step::StartingSandbox);
-                self.start_sandbox(resolved, env, &runtime_path, &persistent, &layout)?;
-                Ok(Sandbox {
+                let report =
+                    self.start_sandbox(resolved, env, &runtime_path, &persistent, &layout)?;
+                clock.mark("sandbox started (podman run)");
+                let s = Sandbox {
                     name: anchor.sandbox_name(),
                     sidecar: anchor.sidecar_name(),
                     image: profile.image.clone(),
@@ -335,20 +390,33 @@ impl Engine {
                     runtime_path: runtime_path.clone(),
                     persistent,
                     layout: layout.clone(),
-                })
+                };
+                Ok((s, report))
             })
-            .and_then(|s| {
-                self.verify_runtime(&s)?;
+            .and_then(|(s, report)| {
                 // Fail closed: prove from inside what the UI will claim.
-                selftest::gate(self, resolved, &s)?;
+                // The runtime check, the sidecar's table and the sandbox's
+                // own report (written by its entrypoint) side by side.
+                // The footprint (for a teardown podman cannot help) is
+                // recorded meanwhile.
+                let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
+                    .then_some(layout.host.as_path());
+                std::thread::scope(|scope| {
+                    let runtime = scope.spawn(|| self.verify_runtime(&s));
+                    let footprint = scope.spawn(|| self.record_footprint(anchor, direct));
+                    let gate = selftest::gate(self, resolved, &s, &report);
+                    let _ = footprint.join();
+                    runtime.join().expect("runtime check thread")?;
+                    gate
+                })?;
+                clock.mark("runtime verified, footprint recorded, self-test passed");
                 Ok(s)
             });
         match result {
             Ok(s) => {
-                let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
-                    .then_some(layout.host.as_path());
-                self.record_footprint(anchor, direct);
                 self.secure_domain(anchor);
+                clock.mark("domain secured");
+                clock.total();
                 progress(Step::Ready);
                 Ok(s)
             }
@@ -531,9 +599,16 @@ impl Engine {
             resolver.ttl_cap.to_string(),
         ]);
         self.podman.run(&args)?;
-        // Healthy means: running, and its table is exactly the policy.
+        // Healthy means: running, and its table is exactly the policy. A
+        // table read through `podman exec` proves it runs, so its state is
+        // asked only while the table is not there yet.
         let deadline = Instant::now() + SIDECAR_DEADLINE;
         loop {
+            if let Ok(report) = crate::net::show(&self.podman, &name, None)
+                && crate::net::in_force(&report, &policy)
+            {
+                return Ok(());
+            }
             let state = self.podman.run([
                 "container",
                 "inspect",
@@ -541,12 +616,6 @@ impl Engine {
                 "{{.State.Status}}",
                 &name,
             ])?;
-            if state.trim() == "running"
-                && let Ok(report) = crate::net::show(&self.podman, &name, None)
-                && crate::net::in_force(&report, &policy)
-            {
-                return Ok(());
-            }
             if Instant::now() > deadline || state.trim() == "exited" {
                 let logs = self.podman.run(["logs", &name]).unwrap_or_default();
                 return Err(EngineError::SidecarUnhealthy {
@@ -608,8 +677,11 @@ impl Engine {
         runtime_path: &str,
         persistent: &[state_anchor::PersistentDir],
         layout: &WorkspaceLayout,
-    ) -> Result<(), EngineError> {
+    ) -> Result<selftest::Pending, EngineError> {
         let anchor = &resolved.domain;
+        // What the sandbox must show from inside, known before it starts:
+        // its entrypoint runs the self-test before anything else.
+        let expectations = selftest::expectations(self, resolved)?;
         let mut table: Vec<Mount> = layout.mounts();
         table.extend(self.prepare_run_lazaret(anchor, &layout.run_lazaret_points())?);
         for p in persistent {
@@ -675,24 +747,44 @@ impl Engine {
         for m in &table {
             args.extend(m.podman_args().map_err(EngineError::Mount)?);
         }
+        // The entrypoint's output (the self-test report) goes to a file
+        // the host reads without a podman call.
+        let pending = selftest::Pending::new(&domain_root);
+        let _ = std::fs::remove_file(&pending.log);
+        args.extend([
+            "--log-driver".into(),
+            "k8s-file".into(),
+            "--log-opt".into(),
+            format!("path={}", pending.log.display()),
+        ]);
         args.push(resolved.profile.image.clone());
-        // PID 1 must reap: orphans of the agent's processes are re-parented
-        // to it, and unreaped zombies would hold the pids limit forever
+        // First the self-test, its report on stdout (one line, after a
+        // marker): no `podman exec` round trip into the sandbox. Then PID 1
+        // must reap: orphans of the agent's processes are re-parented to
+        // it, and unreaped zombies would hold the pids limit forever
         // (measured: `sleep infinity` left 125 of 128). dash reaps every
         // child while it waits.
         args.extend([
             "sh".into(),
             "-c".into(),
-            "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done".into(),
+            format!(
+                "trap 'exit 0' TERM INT; r=$({} selftest \"$1\"); echo \"{}$r\"; while :; do sleep 86400 & wait $!; done",
+                lazaret_escalate::BINARY_PATH,
+                selftest::REPORT_MARKER
+            ),
+            "sh".into(),
+            serde_json::to_string(&expectations).unwrap_or_default(),
         ]);
         self.podman.run(&args)?;
-        Ok(())
+        Ok(pending)
     }
 
     /// What this host lets podman enforce; nothing when podman cannot say
     /// (every limit then falls back to what holds without cgroups).
     pub fn host_support(&self) -> limits::HostSupport {
-        limits::HostSupport::detect(&self.podman).unwrap_or_default()
+        self.host
+            .get_or_init(|| limits::HostSupport::detect(&self.podman).unwrap_or_default())
+            .clone()
     }
 
     /// The watchdog for domain `anchor`'s running Agent Sandbox.
@@ -872,6 +964,39 @@ impl Engine {
                 left.join(", ")
             ))
         }
+    }
+}
+
+/// Times a boot's steps into the log (the coordinator's log file): one
+/// `boot STEP: N ms` line per step, whose sum is the boot.
+struct BootClock {
+    start: Instant,
+    last: Instant,
+}
+
+impl BootClock {
+    fn start() -> Self {
+        let now = Instant::now();
+        BootClock {
+            start: now,
+            last: now,
+        }
+    }
+
+    /// The step that just ended.
+    fn mark(&mut self, step: &str) {
+        let now = Instant::now();
+        tracing::info!("boot {step}: {} ms", (now - self.last).as_millis());
+        self.last = now;
+    }
+
+    /// A step that ran beside others, since `since`.
+    fn took(step: &str, since: Instant) {
+        tracing::info!("boot {step}: {} ms", since.elapsed().as_millis());
+    }
+
+    fn total(&self) {
+        tracing::info!("boot total: {} ms", self.start.elapsed().as_millis());
     }
 }
 

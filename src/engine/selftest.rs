@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use lazaret_escalate::selftest::{Check, Expectations, Report};
 use lazaret_sidecar::policy::{Policy, PolicySpec, Verdict};
@@ -188,15 +189,7 @@ fn in_sandbox(engine: &Engine, sandbox: &str, x: &Expectations) -> Report {
         "selftest",
         &json,
     ]) {
-        Ok(out) => serde_json::from_str(out.trim()).unwrap_or_else(|e| Report {
-            checks: vec![failed(
-                "in-sandbox self-test",
-                format!(
-                    "unreadable report ({e}): {}",
-                    out.chars().take(200).collect::<String>()
-                ),
-            )],
-        }),
+        Ok(out) => parse_report(&out),
         Err(e) => Report {
             checks: vec![failed(
                 "in-sandbox self-test",
@@ -261,15 +254,125 @@ pub fn summary(report: &Report) -> String {
         .join("; ")
 }
 
+/// Put before the report on the sandbox entrypoint's stdout.
+pub const REPORT_MARKER: &str = "lazaret-selftest-report ";
+
+/// How long a starting sandbox may take to report.
+const REPORT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The report a starting sandbox's entrypoint writes (see
+/// `Engine::start_sandbox`), not read yet.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The sandbox's log file (podman's k8s-file format).
+    pub log: PathBuf,
+}
+
+impl Pending {
+    pub fn new(domain_root: &Path) -> Self {
+        Pending {
+            log: domain_root.join("sandbox.log"),
+        }
+    }
+
+    /// Waits for the report. Fails closed: no report, an unreadable one,
+    /// or a sandbox that stopped is a failed check.
+    fn wait(&self, engine: &Engine, sandbox: &str) -> Report {
+        let started = Instant::now();
+        let mut checked = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if let Some(line) = stdout_lines(&text)
+                .into_iter()
+                .find_map(|l| l.strip_prefix(REPORT_MARKER).map(str::to_string))
+            {
+                return parse_report(&line);
+            }
+            if started.elapsed() > REPORT_DEADLINE {
+                return Report {
+                    checks: vec![failed(
+                        "in-sandbox self-test",
+                        format!("no report within {} s", REPORT_DEADLINE.as_secs()),
+                    )],
+                };
+            }
+            // A sandbox that died never reports: say so at once.
+            if checked.elapsed() > Duration::from_secs(1) {
+                checked = Instant::now();
+                if !engine.podman.is_running(sandbox).unwrap_or(false) {
+                    return Report {
+                        checks: vec![failed(
+                            "in-sandbox self-test",
+                            format!("the sandbox stopped before it reported: {}", text.trim()),
+                        )],
+                    };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// The complete stdout lines of a k8s-file log (`TIME STREAM P|F TEXT`;
+/// `P` lines are parts of a longer one).
+fn stdout_lines(log: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut partial = String::new();
+    for l in log.lines() {
+        let mut f = l.splitn(4, ' ');
+        let (Some(_), Some(stream), Some(tag)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if stream != "stdout" {
+            continue;
+        }
+        partial.push_str(f.next().unwrap_or(""));
+        if tag == "F" {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    lines
+}
+
+fn parse_report(out: &str) -> Report {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| Report {
+        checks: vec![failed(
+            "in-sandbox self-test",
+            format!(
+                "unreadable report ({e}): {}",
+                out.chars().take(200).collect::<String>()
+            ),
+        )],
+    })
+}
+
 /// The boot step: a failed self-test stops the start (the caller tears the
 /// domain down) unless `--allow-degraded` was given; then the domain starts
-/// marked degraded.
+/// marked degraded. The in-sandbox part is the report of the sandbox's
+/// entrypoint (`pending`); the sidecar's table is checked meanwhile.
 pub fn gate(
     engine: &Engine,
     resolved: &ResolvedProfile,
     sandbox: &Sandbox,
+    pending: &Pending,
 ) -> Result<(), EngineError> {
-    let report = run(engine, resolved, &sandbox.name);
+    let mut report = std::thread::scope(|scope| {
+        let table = scope.spawn(|| policy_table(engine, resolved));
+        let mut report = pending.wait(engine, &sandbox.name);
+        report.checks.push(
+            table
+                .join()
+                .unwrap_or_else(|_| failed("policy table", "the check panicked".into())),
+        );
+        report
+    });
+    // An empty report from inside proves nothing.
+    if report.checks.len() < 2 {
+        report.checks.push(failed(
+            "in-sandbox self-test",
+            "the report holds no check".into(),
+        ));
+    }
     let marker = degraded_file(&resolved.domain.domain_root(&engine.data_root));
     if report.failed().next().is_none() {
         let _ = std::fs::remove_file(&marker);
