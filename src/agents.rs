@@ -12,20 +12,26 @@ pub const AGENT_VERSION_FILE: &str = "/etc/lazaret/agent-version";
 pub struct AgentRecipe {
     pub name: &'static str,
     pub containerfile: &'static str,
+    /// The Debian release of the base image it builds FROM.
+    pub release: &'static str,
 }
 
 pub const AGENT_RECIPES: &[AgentRecipe] = &[
     AgentRecipe {
         name: "claude",
         containerfile: include_str!("../assets/agents/claude/Containerfile"),
+        release: "trixie",
     },
     AgentRecipe {
         name: "codex",
         containerfile: include_str!("../assets/agents/codex/Containerfile"),
+        release: "trixie",
     },
     AgentRecipe {
         name: "aider",
         containerfile: include_str!("../assets/agents/aider/Containerfile"),
+        // aider needs Python < 3.13: bookworm's 3.11 (trixie ships 3.13).
+        release: "bookworm",
     },
 ];
 

@@ -224,9 +224,10 @@ enum ImageCommand {
     /// Build a Debian base image for agents, rootless (mmdebstrap, then
     /// podman import). Tagged localhost/lazaret/RELEASE:DATE-DIGEST and :latest.
     Build {
-        /// Debian release to build.
-        #[arg(long, default_value = "trixie")]
-        release: String,
+        /// Debian release to build (default: trixie; with --agent, the
+        /// release its recipe builds FROM, built first when missing).
+        #[arg(long)]
+        release: Option<String>,
         /// Extra packages, comma-separated (git, ca-certificates, procps,
         /// iproute2, ncurses and less are always included).
         #[arg(long, value_delimiter = ',')]
@@ -536,7 +537,7 @@ pub fn run() -> Result<ExitCode> {
             agent: Some(agent),
             agent_version,
             ..
-        }) => image_build_agent(cli.config, &env, &release, agent, agent_version),
+        }) => image_build_agent(cli.config, &env, release, agent, agent_version),
         Command::Image(ImageCommand::Build {
             release,
             include,
@@ -544,7 +545,14 @@ pub fn run() -> Result<ExitCode> {
             tag,
             agent: None,
             ..
-        }) => image_build(cli.config, &env, release, include, mirror, tag),
+        }) => image_build(
+            cli.config,
+            &env,
+            release.unwrap_or_else(|| "trixie".into()),
+            include,
+            mirror,
+            tag,
+        ),
         Command::Image(ImageCommand::Prune {
             dry_run,
             repositories,
@@ -1120,7 +1128,7 @@ fn review(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) -> Resul
 fn image_build_agent(
     explicit: Option<PathBuf>,
     env: &dyn HostEnv,
-    release: &str,
+    release: Option<String>,
     agent: String,
     version: String,
 ) -> Result<ExitCode> {
@@ -1128,6 +1136,27 @@ fn image_build_agent(
         Ok(c) => c.data_root.join("tmp"),
         Err(_) => std::env::temp_dir(),
     };
+    let release = match (release, crate::agents::agent_recipe(&agent)) {
+        (Some(r), _) => r,
+        (None, Some(recipe)) => recipe.release.to_string(),
+        (None, None) => "trixie".into(),
+    };
+    let podman = Podman::default();
+    let base = format!("{}/{release}:latest", images::BASE_REPOSITORY);
+    if !podman.image_exists(&base).unwrap_or(true) {
+        eprintln!("{base} is missing: building it first (about a minute)");
+        let req = BaseImageRequest {
+            release: release.clone(),
+            mirror: "http://deb.debian.org/debian".into(),
+            include: Vec::new(),
+            tag: None,
+        };
+        let started = std::time::Instant::now();
+        build_base_image(&podman, &req, &scratch, &mut |line| {
+            eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+        })
+        .with_context(|| format!("cannot build {base}, the base of the {agent} image"))?;
+    }
     let req = AgentImageRequest {
         agent,
         base: format!("{}/{release}:latest", images::BASE_REPOSITORY),
