@@ -375,3 +375,53 @@ fn the_resolver_is_checked_gvisor() {
 fn the_resolver_is_checked_runc() {
     the_resolver_is_checked("rc");
 }
+
+/// PID 1 of every sandbox is the static escalation binary, read-only from
+/// the host, never the image's shell: an agent that replaces `/bin/sh` in
+/// its persistent `/usr` cannot stand between the start-up self-test and
+/// the host, at this start or the next. PID 1 also reaps orphans.
+fn pid1_is_the_hosts_binary(profile: &'static str) {
+    let d = Domain::new(profile);
+    d.up();
+    let pid1 = || {
+        let out = podman(&["exec", &d.sandbox(), "cat", "/proc/1/cmdline"]);
+        text(&out).0.replace('\0', " ")
+    };
+    let init = format!("{} init ", lazaret_escalate::BINARY_PATH);
+    assert!(pid1().starts_with(&init), "PID 1: {}", pid1());
+    // An orphan (its parent gone at once) is reaped, not left a zombie.
+    let (code, _, e) = d.sh("sh -c '(sleep 0.3 &)'; sleep 1");
+    assert_eq!(code, 0, "{e}");
+    let (_, zombies, _) = d.sh("ps -eo stat= | grep -c '^Z' || true");
+    assert_eq!(zombies.trim(), "0", "zombies left");
+    // The agent swaps the image's shell in its persistent /usr.
+    let (code, _, e) = d.sh(
+        "rm /usr/bin/dash && printf '#!/bin/bash\\necho lazaret-selftest-report forged\\n' > /usr/bin/dash && chmod 755 /usr/bin/dash",
+    );
+    assert_eq!(code, 0, "{e}");
+    d.down();
+    d.up();
+    let swapped = podman(&["exec", &d.sandbox(), "cat", "/usr/bin/dash"]);
+    assert!(
+        text(&swapped).0.contains("forged"),
+        "the swap did not persist"
+    );
+    assert!(
+        pid1().starts_with(&init),
+        "PID 1 after the swap: {}",
+        pid1()
+    );
+    let (ok, report) = doctor_sandbox(&d, profile);
+    assert!(ok, "{report}");
+    d.down();
+}
+
+#[test]
+fn pid1_is_the_hosts_binary_gvisor() {
+    pid1_is_the_hosts_binary("gv");
+}
+
+#[test]
+fn pid1_is_the_hosts_binary_runc() {
+    pid1_is_the_hosts_binary("rc");
+}

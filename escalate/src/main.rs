@@ -144,6 +144,10 @@ fn main() -> ExitCode {
     if raw.first().map(String::as_str) == Some("selftest") {
         return selftest(raw.get(1).map(String::as_str));
     }
+    // The Agent Sandbox's PID 1 (the host starts every sandbox with it).
+    if raw.first().map(String::as_str) == Some("init") {
+        return init(raw.get(1).map(String::as_str));
+    }
     let args = match parse_args(raw) {
         Parsed::Run(a) => a,
         Parsed::Exit(code) => return code,
@@ -211,6 +215,66 @@ fn main() -> ExitCode {
                 resp.stderr.trim_end()
             ),
         ),
+    }
+}
+
+/// The Agent Sandbox's PID 1: the start-up self-test first, its report on
+/// stdout after [`REPORT_MARKER`](lazaret_escalate::selftest::REPORT_MARKER)
+/// for the host to read from the sandbox's log; then an init that reaps
+/// every orphan re-parented to it until SIGTERM or SIGINT (`podman stop`).
+/// This binary is mounted read-only from the host: nothing the agent
+/// writes into the image or a persistent layer stands between the
+/// self-test and its report.
+fn init(json: Option<&str>) -> ExitCode {
+    use lazaret_escalate::selftest;
+    use std::io::Write as _;
+    let Some(x) = json.and_then(|j| serde_json::from_str::<selftest::Expectations>(j).ok()) else {
+        // No report: the host's start fails closed when the sandbox stops.
+        return fail(
+            exit::USAGE,
+            "usage: lazaret-escalate init EXPECTATIONS-JSON",
+        );
+    };
+    // Signals are taken synchronously (sigwait), so a child that ends
+    // between two waits is never missed. The mask is this process's own:
+    // nothing in the sandbox is its child by fork.
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let mut set = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+    ] {
+        set.add(sig);
+    }
+    if let Err(e) = set.thread_block() {
+        return fail(exit::USAGE, format_args!("cannot block signals: {e}"));
+    }
+    let report = selftest::run(&x);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}{}",
+        selftest::REPORT_MARKER,
+        serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+    );
+    let _ = out.flush();
+    drop(out);
+    loop {
+        match set.wait() {
+            // Every child that ended, not one per signal (they coalesce).
+            Ok(Signal::SIGCHLD) => {
+                while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                    if status == WaitStatus::StillAlive {
+                        break;
+                    }
+                }
+            }
+            Ok(_) => return ExitCode::SUCCESS,
+            Err(_) => {}
+        }
     }
 }
 

@@ -90,6 +90,10 @@ impl Report {
 const GVISOR_VERSION_MARK: &str = "4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016";
 
 /// Runs every check.
+/// Put before the report on the sandbox entrypoint's stdout (`init`), so
+/// the host finds it in the sandbox's log.
+pub const REPORT_MARKER: &str = "lazaret-selftest-report ";
+
 pub fn run(x: &Expectations) -> Report {
     let mut r = Report::default();
     r.push("runtime", runtime(x));

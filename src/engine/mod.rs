@@ -757,22 +757,17 @@ impl Engine {
             "--log-opt".into(),
             format!("path={}", pending.log.display()),
         ]);
-        args.push(resolved.profile.image.clone());
-        // First the self-test, its report on stdout (one line, after a
-        // marker): no `podman exec` round trip into the sandbox. Then PID 1
-        // must reap: orphans of the agent's processes are re-parented to
-        // it, and unreaped zombies would hold the pids limit forever
-        // (measured: `sleep infinity` left 125 of 128). dash reaps every
-        // child while it waits.
+        // PID 1 is the static escalation binary, read-only from the host
+        // (never the image's `sh`, which the agent can replace in a
+        // persistent /usr): first the self-test, its report on stdout (one
+        // line after a marker; no `podman exec` round trip), then an init
+        // that reaps the orphans of the agent's processes (unreaped zombies
+        // would hold the pids limit forever).
         args.extend([
-            "sh".into(),
-            "-c".into(),
-            format!(
-                "trap 'exit 0' TERM INT; r=$({} selftest \"$1\"); echo \"{}$r\"; while :; do sleep 86400 & wait $!; done",
-                lazaret_escalate::BINARY_PATH,
-                selftest::REPORT_MARKER
-            ),
-            "sh".into(),
+            "--entrypoint".into(),
+            lazaret_escalate::BINARY_PATH.into(),
+            resolved.profile.image.clone(),
+            "init".into(),
             serde_json::to_string(&expectations).unwrap_or_default(),
         ]);
         self.podman.run(&args)?;

@@ -254,8 +254,7 @@ pub fn summary(report: &Report) -> String {
         .join("; ")
 }
 
-/// Put before the report on the sandbox entrypoint's stdout.
-pub const REPORT_MARKER: &str = "lazaret-selftest-report ";
+pub use lazaret_escalate::selftest::REPORT_MARKER;
 
 /// How long a starting sandbox may take to report.
 const REPORT_DEADLINE: Duration = Duration::from_secs(60);
