@@ -136,18 +136,10 @@ impl Podman {
         label: &str,
         value: &str,
     ) -> Result<Vec<String>, PodmanError> {
-        let out = self.run([
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label={label}={value}"),
-            "--format",
-            "{{.Names}}",
-        ])?;
-        Ok(out
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
+        Ok(self
+            .containers_with_label_running(label, value)?
+            .into_iter()
+            .map(|(name, _)| name)
             .collect())
     }
 

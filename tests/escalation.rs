@@ -1120,6 +1120,9 @@ fn certificates_are_renewed_before_they_expire(profile: &'static str) {
         assert_eq!(r.stdout.trim(), user);
     };
     ran_as_user(c.send(&c.request("id -un")).expect("an answer"));
+    // Wall-clock time is what is tested (the original certificate must
+    // expire, renewals come every 2 s); polling with requests instead would
+    // spend the session's rate budget.
     std::thread::sleep(Duration::from_secs(9));
     let stale = c.send_raw(
         original,

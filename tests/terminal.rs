@@ -281,31 +281,12 @@ fn plain_prompt_is_withdrawn_with_its_requester_runc() {
     plain_prompt_is_withdrawn_with_its_requester("rc");
 }
 
-/// `root` and every process below it.
+/// `root` and every process below it (the prompt's own walk).
 fn descendants(root: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let ppid = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
-            Some((pid, ppid))
-        })
-        .collect();
-    let mut tree = vec![root];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
-        i += 1;
-    }
-    tree
+    lazaret::client::prompt::process_tree(root)
+        .into_iter()
+        .map(|p| p.as_raw() as u32)
+        .collect()
 }
 
 /// The child of `parent` named `name`.

@@ -211,7 +211,7 @@ fn confirm(kb: &mut Keyboard, label: &str, code: &str) -> Option<bool> {
 
 /// `pid` and every process below it. Rootless podman re-executes itself
 /// in its user namespace, so the process reading the terminal is a child.
-fn process_tree(pid: u32) -> Vec<Pid> {
+pub fn process_tree(pid: u32) -> Vec<Pid> {
     let mut tree = vec![pid];
     let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
         .map(|d| {

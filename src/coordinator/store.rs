@@ -76,6 +76,25 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
+    /// The record `seq` after one whose hash is `prev_hash`, hashed.
+    pub fn chained(
+        seq: u64,
+        time: u64,
+        kind: &str,
+        data: serde_json::Value,
+        prev_hash: String,
+    ) -> AuditRecord {
+        let hash = AuditRecord::compute_hash(seq, time, kind, &data, &prev_hash);
+        AuditRecord {
+            seq,
+            time,
+            kind: kind.to_string(),
+            data,
+            prev_hash,
+            hash,
+        }
+    }
+
     /// The hash of a record's content and its predecessor's hash.
     pub fn compute_hash(
         seq: u64,
@@ -284,16 +303,7 @@ impl Store {
             }
             None => (0, GENESIS.to_string()),
         };
-        let time = now();
-        let hash = AuditRecord::compute_hash(seq, time, kind, &data, &prev);
-        let record = AuditRecord {
-            seq,
-            time,
-            kind: kind.to_string(),
-            data,
-            prev_hash: prev,
-            hash,
-        };
+        let record = AuditRecord::chained(seq, now(), kind, data, prev);
         let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         audit
             .insert(seq, bytes.as_slice())
@@ -549,15 +559,8 @@ pub mod v1 {
         let mut chain = GENESIS.to_string();
         let mut write =
             |seq: u64, time: u64, kind: &str, data: serde_json::Value| -> Result<(), StoreError> {
-                let hash = AuditRecord::compute_hash(seq, time, kind, &data, &chain);
-                let rec = AuditRecord {
-                    seq,
-                    time,
-                    kind: kind.into(),
-                    data,
-                    prev_hash: chain.clone(),
-                    hash: hash.clone(),
-                };
+                let rec = AuditRecord::chained(seq, time, kind, data, chain.clone());
+                let hash = rec.hash.clone();
                 let bytes =
                     serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
                 audit
