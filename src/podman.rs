@@ -245,6 +245,29 @@ fn meaningful_stderr(stderr: &str) -> String {
     }
 }
 
+/// The complete stdout lines of a container log in podman's k8s-file
+/// format (`TIME STREAM P|F TEXT`; `P` lines are parts of a longer one).
+/// A container started with `--log-driver k8s-file --log-opt path=FILE`
+/// reports through FILE without a podman call to read it.
+pub fn log_stdout_lines(log: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut partial = String::new();
+    for l in log.lines() {
+        let mut f = l.splitn(4, ' ');
+        let (Some(_), Some(stream), Some(tag)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if stream != "stdout" {
+            continue;
+        }
+        partial.push_str(f.next().unwrap_or(""));
+        if tag == "F" {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -425,3 +425,62 @@ fn pid1_is_the_hosts_binary_gvisor() {
 fn pid1_is_the_hosts_binary_runc() {
     pid1_is_the_hosts_binary("rc");
 }
+
+/// No command of a session runs before the host declared the sandbox
+/// checked: every session's confined exec waits inside for the ready
+/// marker, which the host writes after the self-test (so a cold `lazaret
+/// exec` may start its `podman exec` while the check still runs), and
+/// which the agent cannot write itself.
+fn a_session_waits_for_the_ready_marker(profile: &'static str) {
+    let d = Domain::new(profile);
+    d.up();
+    let marker = common::sandbox::rundir()
+        .join(format!("certs_{}", d.hash))
+        .join(lazaret_escalate::READY_MARKER_NAME);
+    assert!(marker.exists(), "no ready marker after the start");
+    // The agent cannot declare its own sandbox ready.
+    std::fs::remove_file(&marker).unwrap();
+    let (code, _, e) = d.sh(&format!("touch {}", lazaret_escalate::READY_MARKER));
+    assert_ne!(code, 0, "the agent wrote the ready marker");
+    assert!(e.contains("Read-only"), "{e}");
+    // A session started now waits, its command not run...
+    let mut exec = d
+        .cmd(STANDARD_PATH, &["exec", "--", "sh", "-c", "touch /tmp/ran"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        exec.try_wait().unwrap().is_none(),
+        "the session ended without the marker"
+    );
+    let (code, _, _) = d.sh("test -e /tmp/ran");
+    assert_ne!(code, 0, "the command ran before the marker");
+    // ... until the host writes the marker.
+    std::fs::write(&marker, b"").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = exec.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the session still waits");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = exec.wait_with_output().unwrap();
+    assert!(status.success(), "{}", text(&out).1);
+    let (code, _, e) = d.sh("test -e /tmp/ran");
+    assert_eq!(code, 0, "the command did not run: {e}");
+    d.down();
+}
+
+#[test]
+fn a_session_waits_for_the_ready_marker_gvisor() {
+    a_session_waits_for_the_ready_marker("gv");
+}
+
+#[test]
+fn a_session_waits_for_the_ready_marker_runc() {
+    a_session_waits_for_the_ready_marker("rc");
+}

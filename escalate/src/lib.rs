@@ -40,6 +40,12 @@ pub const SOCKET_PATH: &str = "/run/lazaret/escalate.sock";
 pub const CERTS_DIR: &str = "/run/lazaret/certs";
 /// The client binary inside the sandbox.
 pub const BINARY_PATH: &str = "/run/lazaret/escalate";
+/// Written by the host (read-only inside) once the sandbox passed its
+/// self-test: a session's confined exec waits for it before its command
+/// runs, so a session may be started while the sandbox is still checked.
+pub const READY_MARKER: &str = "/run/lazaret/certs/ready";
+/// Its name in the host's certs folder.
+pub const READY_MARKER_NAME: &str = "ready";
 /// The agent's guide inside the sandbox; the host writes [`GUIDE`] there.
 pub const GUIDE_PATH: &str = "/run/lazaret/README.md";
 /// The Agent Workspace inside the sandbox; request `cwd`s must lie under it.

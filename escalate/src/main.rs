@@ -106,6 +106,11 @@ fn confined_exec(rest: &[std::ffi::OsString]) -> ExitCode {
         [dd, argv @ ..] if dd == "--" && !argv.is_empty() => argv,
         _ => return fail(exit::USAGE, "usage: --confined-exec -- COMMAND [ARGS...]"),
     };
+    // No command of a session before the host declared the sandbox
+    // checked (a fixed path: no variable of the session can move it).
+    if let Err(e) = wait_until_ready(std::path::Path::new(lazaret_escalate::READY_MARKER)) {
+        return fail(exit::UNAVAILABLE, e);
+    }
     if let Err(e) = lazaret_escalate::confine::install() {
         return fail(
             exit::USAGE,
@@ -120,6 +125,26 @@ fn confined_exec(rest: &[std::ffi::OsString]) -> ExitCode {
         126
     };
     fail(code, format_args!("{}: {e}", argv[0].to_string_lossy()))
+}
+
+/// How long a session waits for its sandbox's self-test: longer than the
+/// host's own deadline for it, which tears the sandbox down (and with it
+/// this process) when it passes.
+const READY_DEADLINE: Duration = Duration::from_secs(180);
+
+fn wait_until_ready(marker: &std::path::Path) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    while !marker.exists() {
+        if started.elapsed() > READY_DEADLINE {
+            return Err(format!(
+                "the sandbox was not declared ready within {} s ({} is missing); start the session again",
+                READY_DEADLINE.as_secs(),
+                marker.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -238,20 +238,25 @@ pub(crate) fn run_in_sandbox(
     let has_human = super::prompt::open_tty().is_some();
     let rt = runtime()?;
     let started = Instant::now();
-    let mut client = rt
-        .block_on(client::connect(
-            &ctx,
-            &session.hello(purpose, has_human),
-            true,
-            &mut |step| {
-                eprintln!(
-                    "lazaret: [{:>4.1}s] {step}",
-                    started.elapsed().as_secs_f64()
-                );
-            },
-        ))
-        .with_context(|| format!("cannot reach domain {}", ctx.anchor.hash()))?;
-    announce(&client.domain);
+    let mut progress = |step: &str| {
+        eprintln!(
+            "lazaret: [{:>4.1}s] {step}",
+            started.elapsed().as_secs_f64()
+        );
+    };
+    let hello = session.hello(purpose, has_human);
+    let reach = || format!("cannot reach domain {}", ctx.anchor.hash());
+    // Without a terminal to hand over, the exec starts as soon as the
+    // sandbox runs and its command waits inside for the self-test (a cold
+    // start then does not pay podman's exec after the check). A terminal
+    // session waits: `podman exec --tty` takes the terminal at once.
+    let connected = if tty {
+        rt.block_on(client::connect(&ctx, &hello, true, &mut progress))
+            .map(client::Connected::Up)
+    } else {
+        rt.block_on(client::connect_early(&ctx, &hello, &mut progress))
+    }
+    .with_context(reach)?;
     // From here on a signal that ends Lazaret also ends a prompt (as a
     // denial) and the exec, and the terminal is restored (until here the
     // default action ends Lazaret at once, before anything ran).
@@ -263,7 +268,7 @@ pub(crate) fn run_in_sandbox(
     let _credential = session.publish_credential(&ctx.certs_dir)?;
     let mut cmd = tokio::process::Command::new("podman");
     let spec = session.exec_args(
-        &client.domain.sandbox,
+        &ctx.anchor.sandbox_name(),
         tty,
         env.var("TERM").as_deref(),
         argv,
@@ -279,9 +284,33 @@ pub(crate) fn run_in_sandbox(
     if err_tty {
         cmd.stderr(Stdio::piped());
     }
+    let (mut client, child) = match connected {
+        client::Connected::Up(client) => (client, None),
+        client::Connected::Checking(checking) => {
+            let mut child = {
+                let _in_runtime = rt.enter();
+                cmd.spawn().context("cannot run podman exec")?
+            };
+            match rt.block_on(checking.welcome(&mut progress)) {
+                Ok(client) => (client, Some(child)),
+                Err(e) => {
+                    // Torn down with its sandbox anyway; not left behind.
+                    let _ = rt.block_on(async {
+                        let _ = child.start_kill();
+                        child.wait().await
+                    });
+                    return Err(anyhow::Error::new(e).context(reach()));
+                }
+            }
+        }
+    };
+    announce(&client.domain);
     let guard = (out_tty || err_tty).then(TerminalGuard::new);
     let outcome = rt.block_on(async {
-        let mut child = cmd.spawn().context("cannot run podman exec")?;
+        let mut child = match child {
+            Some(child) => child,
+            None => cmd.spawn().context("cannot run podman exec")?,
+        };
         let mut out = child.stdout.take();
         let mut err = child.stderr.take();
         let (mut out_filter, mut err_filter) = (OutputFilter::default(), OutputFilter::default());
@@ -579,7 +608,7 @@ pub(crate) async fn query(socket: &Path) -> Result<client::Client, ClientError> 
         )
         .await
         {
-            Ok(Ok(CoordMsg::Progress { .. })) => {}
+            Ok(Ok(CoordMsg::Progress { .. } | CoordMsg::SandboxStarted)) => {}
             Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(client::Client { stream, domain }),
             Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
             Ok(Ok(_)) | Ok(Err(_)) => {

@@ -239,6 +239,64 @@ pub async fn connect(
     start: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Client, ClientError> {
+    match connect_as(ctx, hello, start, false, progress).await? {
+        Connected::Up(client) => Ok(client),
+        Connected::Checking(_) => Err(ClientError::Refused(
+            "unexpected answer SandboxStarted".into(),
+        )),
+    }
+}
+
+/// How [`connect_early`] ended.
+#[derive(Debug)]
+pub enum Connected {
+    /// The domain is up.
+    Up(Client),
+    /// The Agent Sandbox runs and is being checked: a session may start its
+    /// exec (whose command waits inside for the self-test), then
+    /// [`Checking::welcome`] waits for the domain.
+    Checking(Checking),
+}
+
+/// A connection whose domain is being checked.
+#[derive(Debug)]
+pub struct Checking {
+    stream: UnixStream,
+}
+
+impl Checking {
+    /// Waits for the domain to be up.
+    pub async fn welcome(mut self, progress: &mut dyn FnMut(&str)) -> Result<Client, ClientError> {
+        match boot_news(&mut self.stream, false, progress).await? {
+            BootNews::Welcome(domain) => Ok(Client {
+                stream: self.stream,
+                domain,
+            }),
+            _ => Err(ClientError::Refused(
+                "the domain stopped while its sandbox was checked".into(),
+            )),
+        }
+    }
+}
+
+/// [`connect`], returning as soon as the Agent Sandbox runs, before its
+/// self-test is done: the time a session's `podman exec` takes to start
+/// then overlaps the check.
+pub async fn connect_early(
+    ctx: &DomainContext,
+    hello: &Hello,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Connected, ClientError> {
+    connect_as(ctx, hello, true, true, progress).await
+}
+
+async fn connect_as(
+    ctx: &DomainContext,
+    hello: &Hello,
+    start: bool,
+    early: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Connected, ClientError> {
     for _ in 0..10 {
         let mut stream = open_socket(ctx, start).await?;
         let msg = ClientMsg::Hello {
@@ -250,24 +308,50 @@ pub async fn connect(
             interactive: hello.interactive,
         };
         write_frame(&mut stream, &msg).await?;
-        loop {
-            let reply =
-                tokio::time::timeout(HELLO_DEADLINE * 12, read_frame::<_, CoordMsg>(&mut stream))
-                    .await;
-            match reply {
-                Ok(Ok(CoordMsg::Progress { step })) => progress(&step),
-                Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(Client { stream, domain }),
-                Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
-                // Torn down under us: the next attempt starts a new one.
-                Ok(Ok(CoordMsg::ShuttingDown)) | Ok(Err(FrameError::Closed)) => break,
-                Ok(Ok(other)) => {
-                    return Err(ClientError::Refused(format!("unexpected answer {other:?}")));
-                }
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => return Err(ClientError::Refused("no answer within two minutes".into())),
-            }
+        match boot_news(&mut stream, early, progress).await? {
+            BootNews::Welcome(domain) => return Ok(Connected::Up(Client { stream, domain })),
+            BootNews::Started => return Ok(Connected::Checking(Checking { stream })),
+            // Torn down under us: the next attempt starts a new one.
+            BootNews::Gone => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(ClientError::Busy)
+}
+
+/// Where a boot stands for a waiting session.
+enum BootNews {
+    Welcome(DomainStatus),
+    /// The sandbox runs (only when asked for).
+    Started,
+    /// The coordinator went away or is shutting down.
+    Gone,
+}
+
+/// Reads boot progress until the domain is up, or its sandbox runs when
+/// `until_started`.
+async fn boot_news(
+    stream: &mut UnixStream,
+    until_started: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<BootNews, ClientError> {
+    loop {
+        let reply =
+            tokio::time::timeout(HELLO_DEADLINE * 12, read_frame::<_, CoordMsg>(stream)).await;
+        match reply {
+            Ok(Ok(CoordMsg::Progress { step })) => progress(&step),
+            Ok(Ok(CoordMsg::SandboxStarted)) if until_started => return Ok(BootNews::Started),
+            Ok(Ok(CoordMsg::SandboxStarted)) => {}
+            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(BootNews::Welcome(domain)),
+            Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
+            Ok(Ok(CoordMsg::ShuttingDown)) | Ok(Err(FrameError::Closed)) => {
+                return Ok(BootNews::Gone);
+            }
+            Ok(Ok(other)) => {
+                return Err(ClientError::Refused(format!("unexpected answer {other:?}")));
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(ClientError::Refused("no answer within two minutes".into())),
+        }
+    }
 }

@@ -6,7 +6,7 @@ use lazaret_escalate::protocol::{self as escalate_protocol, ProtocolError};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -48,6 +48,10 @@ pub enum CoordMsg {
     Progress {
         step: String,
     },
+    /// Boot progress: the Agent Sandbox runs and is being checked. A
+    /// session may start its exec now; its command waits inside until the
+    /// self-test passed (`lazaret_escalate::READY_MARKER`).
+    SandboxStarted,
     /// The domain is up.
     Welcome {
         domain: DomainStatus,

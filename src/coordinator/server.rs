@@ -384,7 +384,7 @@ async fn serve(
                             }
                         });
                     }
-                    start_watchdog(&shared, stop_watch_rx);
+                    start_watchdog(&shared, &sandbox, stop_watch_rx);
                     shared
                         .audit(
                             "domain-up",
@@ -485,12 +485,12 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(300);
 
 /// Enforces the profile's memory and process limits where no cgroup does
 /// (engine::limits), and tears the domain down when its sandbox is gone.
-fn start_watchdog(shared: &Arc<Shared>, stop: std::sync::mpsc::Receiver<()>) {
+fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc::Receiver<()>) {
     use crate::engine::limits::{Verdict, show_size};
     let profile = &shared.resolved.profile;
     let dog = match shared
         .engine
-        .watchdog(&shared.resolved.domain, profile.limits, profile.runtime)
+        .watchdog(sandbox, profile.limits, profile.runtime)
     {
         Ok(d) => d,
         Err(e) => {
@@ -768,7 +768,11 @@ async fn serve_session(
         let steps: Vec<String> = shared.boot_log.lock().expect("lock")[sent..].to_vec();
         sent += steps.len();
         for step in steps {
+            let started = step == crate::engine::Step::CheckingSandbox.to_string();
             write_frame(stream, &CoordMsg::Progress { step }).await?;
+            if started {
+                write_frame(stream, &CoordMsg::SandboxStarted).await?;
+            }
         }
         match state {
             Boot::Ready => break,

@@ -27,6 +27,7 @@ use crate::install::{ESCALATE_BINARY, find_helper};
 use crate::mounts::{self, Mount};
 use crate::podman::{self, Podman, PodmanError};
 use crate::rundir::RuntimeDir;
+use lazaret_sidecar::report::TableReport;
 
 /// Labels put on every container Lazaret starts.
 pub const LABEL_DOMAIN: &str = "lazaret.domain";
@@ -111,6 +112,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// How long the sidecar may take to become healthy.
 const SIDECAR_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Where the Network Sidecar's output goes (its report, then its errors).
+pub fn sidecar_log(domain_root: &Path) -> PathBuf {
+    domain_root.join("sidecar.log")
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -208,6 +214,9 @@ pub struct Sandbox {
     pub persistent: Vec<state_anchor::PersistentDir>,
     /// How the workspace is shared (and where the agent's git lives).
     pub layout: WorkspaceLayout,
+    /// The container as podman reported it when this process started it
+    /// (none when the domain was found running).
+    pub started: Option<teardown::Inspected>,
 }
 
 impl Sandbox {
@@ -231,6 +240,9 @@ pub enum Step {
     StartingSidecar,
     MountingStateAnchor,
     StartingSandbox,
+    /// The sandbox runs and is being checked: a session may start its
+    /// exec now, which waits inside for [`lazaret_escalate::READY_MARKER`].
+    CheckingSandbox,
     Ready,
 }
 
@@ -247,6 +259,7 @@ impl std::fmt::Display for Step {
             Step::StartingSidecar => "starting the Network Sidecar (runc)",
             Step::MountingStateAnchor => "mounting the State Anchor",
             Step::StartingSandbox => "starting the Agent Sandbox",
+            Step::CheckingSandbox => "checking the Agent Sandbox from inside (self-test)",
             Step::Ready => "ready",
         })
     }
@@ -330,6 +343,9 @@ impl Engine {
             && running(anchor.sidecar_name())
             && let Ok(s) = self.describe(resolved, &runtime_path, &layout)
         {
+            // It passed its self-test when it started (a marker lost
+            // since would hold every new session).
+            self.declare_ready(anchor)?;
             progress(Step::Ready);
             return Ok(s);
         }
@@ -375,12 +391,25 @@ impl Engine {
         });
         clock.mark("sidecar healthy and State Anchor mounted");
         let result = sidecar
-            .and(persistent.map_err(EngineError::from))
-            .and_then(|persistent| {
+            .and_then(|table| Ok((table, persistent?)))
+            .and_then(|(table, persistent)| {
                 progress(Step::StartingSandbox);
+                // A marker left by an earlier boot must not let a session
+                // of this one run before its self-test passed.
+                let marker = self.ready_marker(anchor);
+                match std::fs::remove_file(&marker) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(EngineError::Io {
+                            path: marker,
+                            error: e,
+                        });
+                    }
+                    _ => {}
+                }
                 let report =
                     self.start_sandbox(resolved, env, &runtime_path, &persistent, &layout)?;
                 clock.mark("sandbox started (podman run)");
+                progress(Step::CheckingSandbox);
                 let s = Sandbox {
                     name: anchor.sandbox_name(),
                     sidecar: anchor.sidecar_name(),
@@ -390,10 +419,11 @@ impl Engine {
                     runtime_path: runtime_path.clone(),
                     persistent,
                     layout: layout.clone(),
+                    started: None,
                 };
-                Ok((s, report))
+                Ok((s, report, table))
             })
-            .and_then(|(s, report)| {
+            .and_then(|(mut s, report, table)| {
                 // Fail closed: prove from inside what the UI will claim.
                 // The runtime check, the sidecar's table and the sandbox's
                 // own report (written by its entrypoint) side by side.
@@ -401,21 +431,24 @@ impl Engine {
                 // recorded meanwhile.
                 let direct = (layout.mode == crate::config::WorkspaceMode::Direct)
                     .then_some(layout.host.as_path());
-                std::thread::scope(|scope| {
-                    let runtime = scope.spawn(|| self.verify_runtime(&s));
-                    let footprint = scope.spawn(|| self.record_footprint(anchor, direct));
-                    let gate = selftest::gate(self, resolved, &s, &report);
-                    let _ = footprint.join();
-                    runtime.join().expect("runtime check thread")?;
-                    gate
+                let started = std::thread::scope(|scope| {
+                    let started = scope.spawn(|| self.inspect_started(anchor, &s, direct));
+                    let gate = selftest::gate(self, resolved, &s, &report, &table);
+                    let started = started.join().expect("inspect thread")?;
+                    gate.map(|()| started)
                 })?;
+                s.started = Some(started);
                 clock.mark("runtime verified, footprint recorded, self-test passed");
                 Ok(s)
             });
         match result {
             Ok(s) => {
                 self.secure_domain(anchor);
-                clock.mark("domain secured");
+                if let Err(e) = self.declare_ready(anchor) {
+                    let _ = self.down(anchor);
+                    return Err(e);
+                }
+                clock.mark("domain secured, sessions let in");
                 clock.total();
                 progress(Step::Ready);
                 Ok(s)
@@ -426,6 +459,22 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// The host's side of the sandbox's [`lazaret_escalate::READY_MARKER`].
+    fn ready_marker(&self, anchor: &DomainAnchor) -> PathBuf {
+        anchor
+            .certs_dir(&self.rundir)
+            .join(lazaret_escalate::READY_MARKER_NAME)
+    }
+
+    /// Lets the sessions' commands run: the sandbox passed its self-test.
+    fn declare_ready(&self, anchor: &DomainAnchor) -> Result<(), EngineError> {
+        let marker = self.ready_marker(anchor);
+        if marker.exists() {
+            return Ok(());
+        }
+        crate::rundir::write_private(&marker, b"").map_err(io_err(&marker))
     }
 
     /// How `resolved`'s workspace is shared (decisions.md D1).
@@ -481,6 +530,7 @@ impl Engine {
                 .map(|d| state_anchor::layout(&self.domain_root(anchor), d))
                 .collect(),
             layout: layout.clone(),
+            started: None,
         })
     }
 
@@ -535,7 +585,7 @@ impl Engine {
         image: &str,
         spec: &lazaret_sidecar::policy::PolicySpec,
         resolver: &crate::config::ResolverConfig,
-    ) -> Result<(), EngineError> {
+    ) -> Result<TableReport, EngineError> {
         let name = anchor.sidecar_name();
         let policy = crate::net::policy(spec.clone())?;
         // The configuration decides at start; `lazaret net` changes the live copy.
@@ -579,10 +629,17 @@ impl Engine {
             "--network".into(),
             network.into(),
         ];
+        // Its report (the live table, once the policy is in force and the
+        // control socket listens) goes to a file the host reads without a
+        // podman call: each `podman exec` costs hundreds of milliseconds.
+        let log = sidecar_log(&self.domain_root(anchor));
+        let _ = std::fs::remove_file(&log);
+        args.extend(Self::log_args(&log));
         args.extend(Self::labels(anchor, "sidecar", "runc"));
         args.push(image.to_string());
         args.extend([
             "serve".into(),
+            "--json".into(),
             "--policy".into(),
             spec.to_json(),
             "--gateway-wait-ms".into(),
@@ -599,33 +656,59 @@ impl Engine {
             resolver.ttl_cap.to_string(),
         ]);
         self.podman.run(&args)?;
-        // Healthy means: running, and its table is exactly the policy. A
-        // table read through `podman exec` proves it runs, so its state is
-        // asked only while the table is not there yet.
-        let deadline = Instant::now() + SIDECAR_DEADLINE;
+        // Healthy means: running, and its table is exactly the policy. Its
+        // state is asked only when the report is slow to come.
+        let started = Instant::now();
+        let mut checked = Instant::now();
         loop {
-            if let Ok(report) = crate::net::show(&self.podman, &name, None)
-                && crate::net::in_force(&report, &policy)
-            {
-                return Ok(());
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let report = podman::log_stdout_lines(&text)
+                .iter()
+                .find_map(|l| serde_json::from_str::<TableReport>(l).ok());
+            match report {
+                Some(r) if crate::net::in_force(&r, &policy) => return Ok(r),
+                Some(r) => {
+                    return Err(EngineError::SidecarUnhealthy {
+                        name,
+                        secs: SIDECAR_DEADLINE.as_secs(),
+                        detail: format!("its table is not the policy:\n{r}"),
+                    });
+                }
+                None => {}
             }
-            let state = self.podman.run([
-                "container",
-                "inspect",
-                "--format",
-                "{{.State.Status}}",
-                &name,
-            ])?;
-            if Instant::now() > deadline || state.trim() == "exited" {
-                let logs = self.podman.run(["logs", &name]).unwrap_or_default();
-                return Err(EngineError::SidecarUnhealthy {
-                    name,
-                    secs: SIDECAR_DEADLINE.as_secs(),
-                    detail: format!("state {}; log: {}", state.trim(), logs.trim()),
-                });
+            let timed_out = started.elapsed() > SIDECAR_DEADLINE;
+            if timed_out || checked.elapsed() > Duration::from_secs(1) {
+                checked = Instant::now();
+                let state = self.podman.run([
+                    "container",
+                    "inspect",
+                    "--format",
+                    "{{.State.Status}}",
+                    &name,
+                ])?;
+                if timed_out || state.trim() == "exited" {
+                    return Err(EngineError::SidecarUnhealthy {
+                        name,
+                        secs: SIDECAR_DEADLINE.as_secs(),
+                        detail: format!("state {}; log: {}", state.trim(), text.trim()),
+                    });
+                }
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// podman arguments that send a container's output to `log` (k8s-file
+    /// format, bounded), read back with [`crate::podman::log_stdout_lines`].
+    fn log_args(log: &Path) -> [String; 6] {
+        [
+            "--log-driver".into(),
+            "k8s-file".into(),
+            "--log-opt".into(),
+            format!("path={}", log.display()),
+            "--log-opt".into(),
+            "max-size=1mb".into(),
+        ]
     }
 
     /// The host folders `/run/lazaret` is made of: the domain's escalation
@@ -751,12 +834,7 @@ impl Engine {
         // the host reads without a podman call.
         let pending = selftest::Pending::new(&domain_root);
         let _ = std::fs::remove_file(&pending.log);
-        args.extend([
-            "--log-driver".into(),
-            "k8s-file".into(),
-            "--log-opt".into(),
-            format!("path={}", pending.log.display()),
-        ]);
+        args.extend(Self::log_args(&pending.log));
         // PID 1 is the static escalation binary, read-only from the host
         // (never the image's `sh`, which the agent can replace in a
         // persistent /usr): first the self-test, its report on stdout (one
@@ -782,44 +860,52 @@ impl Engine {
             .clone()
     }
 
-    /// The watchdog for domain `anchor`'s running Agent Sandbox.
+    /// The watchdog for `sandbox`, asking podman for its container only
+    /// when this process did not start it.
     pub fn watchdog(
         &self,
-        anchor: &DomainAnchor,
+        sandbox: &Sandbox,
         limits: limits::Limits,
         runtime: Runtime,
     ) -> Result<limits::Watchdog, EngineError> {
-        let out = self.podman.run([
-            "container",
-            "inspect",
-            "--format",
-            "{{.Id}} {{.State.Pid}}",
-            &anchor.sandbox_name(),
-        ])?;
-        let (id, pid) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
-        let mut dog = limits::Watchdog::new(id, limits, runtime);
-        dog.main_pid = pid.parse().ok().filter(|p| *p > 0);
+        let started = match &sandbox.started {
+            Some(s) => s.clone(),
+            None => self
+                .inspect_containers(std::slice::from_ref(&sandbox.name))?
+                .into_iter()
+                .next()
+                .ok_or_else(|| PodmanError::Failed {
+                    args: format!("container inspect {}", sandbox.name),
+                    status: "no output".into(),
+                    stderr: String::new(),
+                })?,
+        };
+        let mut dog = limits::Watchdog::new(&started.id, limits, runtime);
+        dog.main_pid = started.pid;
         Ok(dog)
     }
 
-    /// The sandbox must run under the runtime asked for: a silent downgrade
-    /// of isolation is never acceptable.
-    fn verify_runtime(&self, s: &Sandbox) -> Result<(), EngineError> {
-        let actual = self.podman.run([
-            "container",
-            "inspect",
-            "--format",
-            "{{.OCIRuntime}}",
-            &s.name,
-        ])?;
-        if actual.trim() != s.runtime_path {
-            return Err(EngineError::RuntimeMismatch {
+    /// One look at the started domain's containers: the sandbox must run
+    /// under the runtime asked for (a silent downgrade of isolation is
+    /// never acceptable), and their footprint is recorded for a teardown
+    /// that podman cannot help with.
+    fn inspect_started(
+        &self,
+        anchor: &DomainAnchor,
+        s: &Sandbox,
+        direct: Option<&Path>,
+    ) -> Result<teardown::Inspected, EngineError> {
+        let inspected = self.inspect_containers(&[s.name.clone(), s.sidecar.clone()])?;
+        self.record_footprint(anchor, &inspected, direct);
+        let sandbox = inspected.into_iter().next();
+        match sandbox {
+            Some(c) if c.runtime == s.runtime_path => Ok(c),
+            other => Err(EngineError::RuntimeMismatch {
                 name: s.name.clone(),
                 expected: s.runtime_path.clone(),
-                actual,
-            });
+                actual: other.map(|c| c.runtime).unwrap_or_default(),
+            }),
         }
-        Ok(())
     }
 
     /// Stops and removes the sandbox, then the sidecar, then unmounts the

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use lazaret_escalate::selftest::{Check, Expectations, Report};
 use lazaret_sidecar::policy::{Policy, PolicySpec, Verdict};
+use lazaret_sidecar::report::TableReport;
 use lazaret_widgets::visible::make_visible;
 
 use super::{Engine, EngineError, Sandbox};
@@ -202,14 +203,29 @@ fn in_sandbox(engine: &Engine, sandbox: &str, x: &Expectations) -> Report {
     }
 }
 
-/// The sidecar's live table must be exactly the domain's policy.
+/// The sidecar's live table, read through `podman exec`, must be exactly
+/// the domain's policy.
 fn policy_table(engine: &Engine, resolved: &ResolvedProfile) -> Check {
+    let anchor = &resolved.domain;
+    table_check(
+        engine,
+        resolved,
+        crate::net::show(&engine.podman, &anchor.sidecar_name(), None).map_err(|e| e.to_string()),
+    )
+}
+
+/// The check that `table` (the sidecar's live table) is exactly the
+/// domain's policy.
+fn table_check(
+    engine: &Engine,
+    resolved: &ResolvedProfile,
+    table: Result<TableReport, String>,
+) -> Check {
     let anchor = &resolved.domain;
     let result = live_policy(&anchor.domain_root(&engine.data_root), resolved)
         .map_err(|e| e.to_string())
         .and_then(|policy| {
-            let report = crate::net::show(&engine.podman, &anchor.sidecar_name(), None)
-                .map_err(|e| e.to_string())?;
+            let report = table?;
             if crate::net::in_force(&report, &policy) {
                 Ok(format!("{} rules, as configured", report.rules().len()))
             } else {
@@ -281,7 +297,7 @@ impl Pending {
         let mut checked = Instant::now();
         loop {
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if let Some(line) = stdout_lines(&text)
+            if let Some(line) = crate::podman::log_stdout_lines(&text)
                 .into_iter()
                 .find_map(|l| l.strip_prefix(REPORT_MARKER).map(str::to_string))
             {
@@ -312,27 +328,6 @@ impl Pending {
     }
 }
 
-/// The complete stdout lines of a k8s-file log (`TIME STREAM P|F TEXT`;
-/// `P` lines are parts of a longer one).
-fn stdout_lines(log: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut partial = String::new();
-    for l in log.lines() {
-        let mut f = l.splitn(4, ' ');
-        let (Some(_), Some(stream), Some(tag)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if stream != "stdout" {
-            continue;
-        }
-        partial.push_str(f.next().unwrap_or(""));
-        if tag == "F" {
-            lines.push(std::mem::take(&mut partial));
-        }
-    }
-    lines
-}
-
 fn parse_report(out: &str) -> Report {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| Report {
         checks: vec![failed(
@@ -348,23 +343,19 @@ fn parse_report(out: &str) -> Report {
 /// The boot step: a failed self-test stops the start (the caller tears the
 /// domain down) unless `--allow-degraded` was given; then the domain starts
 /// marked degraded. The in-sandbox part is the report of the sandbox's
-/// entrypoint (`pending`); the sidecar's table is checked meanwhile.
+/// entrypoint (`pending`); the host's part is the sidecar's `table` as it
+/// reported it when it became healthy (no podman call).
 pub fn gate(
     engine: &Engine,
     resolved: &ResolvedProfile,
     sandbox: &Sandbox,
     pending: &Pending,
+    table: &TableReport,
 ) -> Result<(), EngineError> {
-    let mut report = std::thread::scope(|scope| {
-        let table = scope.spawn(|| policy_table(engine, resolved));
-        let mut report = pending.wait(engine, &sandbox.name);
-        report.checks.push(
-            table
-                .join()
-                .unwrap_or_else(|_| failed("policy table", "the check panicked".into())),
-        );
-        report
-    });
+    let mut report = pending.wait(engine, &sandbox.name);
+    report
+        .checks
+        .push(table_check(engine, resolved, Ok(table.clone())));
     // An empty report from inside proves nothing.
     if report.checks.len() < 2 {
         report.checks.push(failed(

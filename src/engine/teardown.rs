@@ -32,7 +32,32 @@ pub struct Footprint {
     pub direct: Option<PathBuf>,
 }
 
+/// One container as `podman container inspect` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    pub id: String,
+    /// Its init process (none once stopped).
+    pub pid: Option<i32>,
+    pub conmon: Option<i32>,
+    /// The `--runtime` it was started with.
+    pub runtime: String,
+}
+
 impl Footprint {
+    /// The IDs of `inspected` and their live processes.
+    fn of(inspected: &[Inspected]) -> Footprint {
+        let mut fp = Footprint::default();
+        for c in inspected {
+            fp.ids.push(c.id.clone());
+            for pid in [c.pid, c.conmon].into_iter().flatten() {
+                if let Some(t) = start_time(pid) {
+                    fp.pids.push((pid, t));
+                }
+            }
+        }
+        fp
+    }
+
     fn merge(&mut self, other: Footprint) {
         for id in other.ids {
             if !self.ids.contains(&id) {
@@ -154,38 +179,54 @@ pub fn processes(fp: &Footprint) -> Vec<(i32, String)> {
 }
 
 impl Engine {
-    /// The footprint of containers `names_or_ids` (one podman call).
-    fn inspect_footprint(&self, names_or_ids: &[String]) -> Footprint {
-        let mut fp = Footprint::default();
+    /// What podman says of containers `names_or_ids`, in one call: each
+    /// one's full ID, its init and conmon PIDs, and its OCI runtime.
+    pub(super) fn inspect_containers(
+        &self,
+        names_or_ids: &[String],
+    ) -> Result<Vec<Inspected>, crate::podman::PodmanError> {
         if names_or_ids.is_empty() {
-            return fp;
+            return Ok(Vec::new());
         }
         let mut args = vec![
             "container".to_string(),
             "inspect".into(),
             "--format".into(),
-            "{{.Id}} {{.State.Pid}} {{.State.ConmonPid}}".into(),
+            "{{.Id}} {{.State.Pid}} {{.State.ConmonPid}} {{.OCIRuntime}}".into(),
         ];
         args.extend(names_or_ids.iter().cloned());
-        // A missing container fails the call but the others are printed.
-        let out = match self.podman.run(&args) {
-            Ok(out) => out,
-            Err(_) => return fp,
-        };
-        for line in out.lines() {
-            let mut words = line.split_whitespace();
-            if let Some(id) = words.next() {
-                fp.ids.push(id.to_string());
-            }
-            for pid in words.filter_map(|p| p.parse::<i32>().ok()) {
-                if pid > 0
-                    && let Some(t) = start_time(pid)
-                {
-                    fp.pids.push((pid, t));
-                }
-            }
+        let out = self.podman.run(&args)?;
+        Ok(out
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.splitn(4, ' ');
+                let id = words.next().filter(|id| !id.is_empty())?.to_string();
+                let mut next_pid = || words.next()?.parse::<i32>().ok().filter(|p| *p > 0);
+                let (pid, conmon) = (next_pid(), next_pid());
+                Some(Inspected {
+                    id,
+                    pid,
+                    conmon,
+                    runtime: words.next().unwrap_or("").trim().to_string(),
+                })
+            })
+            .collect())
+    }
+
+    /// Records the footprint of a started domain (its containers as
+    /// `inspected`) for a teardown that podman cannot help with.
+    pub(super) fn record_footprint(
+        &self,
+        anchor: &DomainAnchor,
+        inspected: &[Inspected],
+        direct: Option<&Path>,
+    ) {
+        let mut fp = Footprint::of(inspected);
+        fp.direct = direct.map(Path::to_path_buf);
+        let path = footprint_file(&self.domain_root(anchor));
+        if let Ok(text) = serde_json::to_vec(&fp) {
+            let _ = crate::rundir::write_private(&path, &text);
         }
-        fp
     }
 
     /// The domain's containers podman knows: (full ID, name), one call.
@@ -207,17 +248,6 @@ impl Engine {
             .filter_map(|l| l.trim().split_once(' '))
             .map(|(id, name)| (id.to_string(), name.trim().to_string()))
             .collect())
-    }
-
-    /// Records the running domain's footprint, so a later teardown finds
-    /// its processes even if podman has forgotten the containers.
-    pub(super) fn record_footprint(&self, anchor: &DomainAnchor, direct: Option<&Path>) {
-        let mut fp = self.inspect_footprint(&[anchor.sandbox_name(), anchor.sidecar_name()]);
-        fp.direct = direct.map(Path::to_path_buf);
-        let path = footprint_file(&self.domain_root(anchor));
-        if let Ok(text) = serde_json::to_vec(&fp) {
-            let _ = crate::rundir::write_private(&path, &text);
-        }
     }
 
     /// The footprint to check at teardown: the recorded one plus the IDs
