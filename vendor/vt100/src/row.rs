@@ -4,6 +4,12 @@ use alloc::{string::String, vec::Vec};
 #[derive(Clone, Debug)]
 pub struct Row {
     cells: Vec<crate::Cell>,
+    /// One past the highest column that may hold a cell other than
+    /// [`crate::Cell::DEFAULT`]: every cell from `used` on is default. Every
+    /// path that can make a cell non-default raises it (conservatively), so
+    /// that blanking a row and trimming it for the scrollback only look at
+    /// `..used`, not at the whole width. Not observable.
+    used: u16,
     wrapped: bool,
 }
 
@@ -11,7 +17,27 @@ impl Row {
     pub fn new(cols: u16) -> Self {
         Self {
             cells: vec![crate::Cell::new(); usize::from(cols)],
+            used: 0,
             wrapped: false,
+        }
+    }
+
+    /// Checks the invariant of `used` (debug builds only).
+    fn debug_check_used(&self) {
+        debug_assert!(usize::from(self.used) <= self.cells.len());
+        debug_assert!(
+            self.cells[usize::from(self.used)..]
+                .iter()
+                .all(crate::Cell::is_default),
+            "a cell at or after `used` ({}) is not default",
+            self.used
+        );
+    }
+
+    /// Records that the cell at `col` may have become non-default.
+    fn mark_used(&mut self, col: u16) {
+        if col >= self.used && usize::from(col) < self.cells.len() {
+            self.used = col + 1;
         }
     }
 
@@ -24,14 +50,26 @@ impl Row {
     }
 
     pub fn clear(&mut self, attrs: crate::attrs::Attrs) {
-        for cell in &mut self.cells {
-            cell.clear(attrs);
+        self.debug_check_used();
+        if attrs == crate::attrs::Attrs::default() {
+            // The cells from `used` on already are blank with these attrs.
+            for cell in &mut self.cells[..usize::from(self.used)] {
+                cell.clear(attrs);
+            }
+            self.used = 0;
+        } else {
+            for cell in &mut self.cells {
+                cell.clear(attrs);
+            }
+            self.used = self.cols();
         }
         self.wrapped = false;
     }
 
     pub fn reset(&mut self) {
-        self.cells.fill(crate::Cell::new());
+        self.debug_check_used();
+        self.cells[..usize::from(self.used)].fill(crate::Cell::new());
+        self.used = 0;
         self.wrapped = false;
     }
 
@@ -43,7 +81,9 @@ impl Row {
         self.cells.get(usize::from(col))
     }
 
+    /// The cell at `col`, which the caller may make non-default.
     pub fn get_mut(&mut self, col: u16) -> Option<&mut crate::Cell> {
+        self.mark_used(col);
         self.cells.get_mut(usize::from(col))
     }
 
@@ -69,6 +109,11 @@ impl Row {
             is_wc
         });
 
+        // The rotation moves cells up to `count` columns right.
+        self.used = self
+            .used
+            .saturating_add(u16::try_from(count).unwrap())
+            .min(self.cols());
         let slice = &mut self.cells[usize::from(i)..];
         slice.rotate_right(count);
         slice[..count].fill(crate::Cell::new());
@@ -103,6 +148,9 @@ impl Row {
         let wide = self.cells[usize::from(i)].is_wide();
         self.clear_wide(i);
         self.cells[usize::from(i)].clear(attrs);
+        if attrs != crate::attrs::Attrs::default() {
+            self.mark_used(i);
+        }
         // `wide` is captured pre-erase on purpose: a 2-wide char occupies the
         // logical last column at cols() - 2. saturating_sub guards the
         // degenerate case of an orphaned wide cell in a one-column row, where
@@ -114,6 +162,7 @@ impl Row {
 
     pub fn truncate(&mut self, len: u16) {
         self.cells.truncate(usize::from(len));
+        self.used = self.used.min(self.cols());
         self.set_truncated();
     }
 
@@ -128,6 +177,9 @@ impl Row {
 
     fn grow_unchecked(&mut self, len: u16, cell: crate::Cell) {
         debug_assert!(self.cells.len() < usize::from(len));
+        if !cell.is_default() {
+            self.used = len;
+        }
         self.cells.resize(len.into(), cell);
         self.wrapped = false;
     }
@@ -156,14 +208,14 @@ impl Row {
     /// wrapped flag, reusing its own allocation; this row is left blank,
     /// `cols` cells wide, as a new row would be. No full-width row is
     /// allocated or freed.
+    ///
+    /// Only the cells before `used` are looked at and blanked: the rest are
+    /// default already.
     pub fn take_trimmed_into(&mut self, dest: &mut Self, cols: u16) {
-        let len = self.cells.len()
-            - self
-                .cells
-                .iter()
-                .rev()
-                .take_while(|c| c.is_default())
-                .count();
+        self.debug_check_used();
+        let used = &self.cells[..usize::from(self.used)];
+        let len = used.len()
+            - used.iter().rev().take_while(|c| c.is_default()).count();
         dest.cells.clear();
         // Keep recycled storage within twice what the row needs, so that
         // a scrollback of short lines stays small after long ones.
@@ -171,9 +223,12 @@ impl Row {
             dest.cells.shrink_to(len);
         }
         dest.cells.extend_from_slice(&self.cells[..len]);
+        // Every stored cell may be non-default (the last one is).
+        dest.used = u16::try_from(len).unwrap();
         dest.wrapped = self.wrapped;
-        self.cells.clear();
+        self.cells[..usize::from(self.used)].fill(crate::Cell::new());
         self.cells.resize(usize::from(cols), crate::Cell::new());
+        self.used = 0;
         self.wrapped = false;
     }
 
@@ -617,6 +672,116 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row that behaves as before `used` existed: every cell counts as
+    /// possibly non-default, so trimming and blanking look at all of them.
+    fn full_scan(row: &Row) -> Row {
+        let mut reference = row.clone();
+        reference.used = reference.cols();
+        reference
+    }
+
+    fn snapshot(row: &Row) -> (Vec<crate::Cell>, bool) {
+        (row.cells.clone(), row.wrapped)
+    }
+
+    /// What `take_trimmed_into` stores and leaves behind, for `row` and for
+    /// its full-scan twin: must be the same.
+    fn assert_trims_like_full_scan(row: &Row, step: &str) {
+        let (mut tracked, mut reference) = (row.clone(), full_scan(row));
+        let mut dest = Row::new(3);
+        dest.get_mut(1)
+            .unwrap()
+            .set('z', crate::attrs::Attrs::default());
+        let mut reference_dest = dest.clone();
+        tracked.take_trimmed_into(&mut dest, row.cols());
+        reference.take_trimmed_into(&mut reference_dest, row.cols());
+        assert_eq!(snapshot(&dest), snapshot(&reference_dest), "{step}");
+        assert_eq!(snapshot(&tracked), snapshot(&reference), "{step}");
+        let (mut tracked, mut reference) = (row.clone(), full_scan(row));
+        tracked.reset();
+        reference.reset();
+        assert_eq!(snapshot(&tracked), snapshot(&reference), "{step}");
+    }
+
+    // Every operation that can change cells, in random order on rows of
+    // several widths, with default and coloured attributes and wide
+    // characters: trimming and blanking with `used` must give what
+    // scanning the whole row gives.
+    #[test]
+    fn used_extent_trims_and_blanks_like_a_full_scan() {
+        let coloured = crate::attrs::Attrs {
+            bgcolor: crate::Color::Idx(4),
+            ..Default::default()
+        };
+        let attrs = [crate::attrs::Attrs::default(), coloured];
+        let mut state = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = |n: u16| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            u16::try_from(state % u64::from(n)).unwrap()
+        };
+        for _ in 0..300 {
+            let mut row = Row::new(1 + next(12));
+            for _ in 0..30 {
+                let cols = row.cols();
+                let col = next(cols);
+                let a = attrs[usize::from(next(2))];
+                let step = match next(11) {
+                    0 | 1 => {
+                        let c = ['x', '日', '🎉', ' '][usize::from(next(4))];
+                        row.get_mut(col).unwrap().set(c, a);
+                        format!("set {c:?} at {col}")
+                    }
+                    2 => {
+                        row.erase(col, a);
+                        format!("erase {col}")
+                    }
+                    3 => {
+                        let count = next(cols + 2);
+                        row.insert(col, count);
+                        format!("insert {count} at {col}")
+                    }
+                    4 => {
+                        let end = col + next(cols - col + 1);
+                        row.remove(col..end);
+                        format!("remove {col}..{end}")
+                    }
+                    5 => {
+                        row.clear(a);
+                        "clear".into()
+                    }
+                    6 => {
+                        row.reset();
+                        "reset".into()
+                    }
+                    7 => {
+                        let len = 1 + next(14);
+                        row.resize(len, crate::Cell::new());
+                        format!("resize to {len}")
+                    }
+                    8 => {
+                        let len = 1 + next(14);
+                        row.grow(len, crate::Cell::new());
+                        format!("grow to {len}")
+                    }
+                    9 => {
+                        row.wrap(true);
+                        "wrap".into()
+                    }
+                    _ => {
+                        let mut stored = Row::new(0);
+                        let len = row.cols();
+                        row.take_trimmed_into(&mut stored, len);
+                        "scrolled away".into()
+                    }
+                };
+                row.debug_check_used();
+                assert_trims_like_full_scan(&row, &step);
+            }
+        }
+    }
 
     // An orphaned wide cell (wide flag set, no continuation) in a
     // one-column row must not make Row::erase underflow when it derives the

@@ -291,6 +291,121 @@ fn multi_row_scrolls_regions_and_clearing() {
     }
 }
 
+/// Rows recycled from a full scrollback get lines longer and shorter than
+/// the ones they held before, and screen rows blanked after scrolling only
+/// as far as they were written must come back fully blank.
+#[test]
+fn recycled_rows_get_longer_and_shorter_lines() {
+    let ops = [
+        // Fill the scrollback with short lines, then push longer ones
+        // through the recycled rows, then short ones again.
+        numbered_lines(1, 12),
+        text("a full width line!!\r\n"),
+        text("longer than the row, it wraps onto the next one\r\n"),
+        numbered_lines(13, 20),
+        text("x\r\n\r\nyy\r\n"),
+        // A line written at the far right only, then one at the left.
+        text("\x1b[15Gright\r\nleft\r\n"),
+        // Overwritten with shorter text: the tail must stay.
+        text("0123456789abcdefghi\rABC\r\n"),
+        numbered_lines(21, 30),
+    ];
+    for capacity in [1, 3, 8] {
+        check(4, 20, capacity, &ops);
+    }
+}
+
+/// Wide characters ending a row (filling it, or split at the edge) in
+/// recycled rows.
+#[test]
+fn wide_characters_at_the_row_end_through_a_full_scrollback() {
+    let ops = [
+        numbered_lines(1, 8),
+        // Exactly fills 10 columns; then one that does not fit in the last
+        // column and wraps; then a short line in the same recycled rows.
+        text("日本語テキ\r\n"),
+        text("abcdefghi漢字\r\n"),
+        text("\x1b[9G語\r\n"),
+        text("ab\r\n"),
+        text("\x1b[10G🎉\r\n"),
+        numbered_lines(9, 16),
+    ];
+    for capacity in [1, 2, 5] {
+        check(3, 10, capacity, &ops);
+    }
+}
+
+/// Erasing with a background colour makes blank cells that are not
+/// default: they must reach the scrollback with their attributes, at any
+/// column.
+#[test]
+fn erase_with_a_coloured_background_through_a_full_scrollback() {
+    let ops = [
+        numbered_lines(1, 8),
+        // EL 0 from the middle, EL 1, EL 2, ECH, ED 0 and ED 2 with
+        // background colours, then text over part of them.
+        text("abc\x1b[42m\x1b[K\x1b[0m\r\n"),
+        text("\x1b[6G\x1b[48;5;208m\x1b[1K\x1b[0mz\r\n"),
+        text("\x1b[44m\x1b[2K\x1b[0mover\r\n"),
+        text("\x1b[8G\x1b[41m\x1b[2X\x1b[0m\r\n"),
+        text("\x1b[43m\x1b[J\x1b[0mtail\r\n"),
+        numbered_lines(9, 12),
+        text("\x1b[45m\x1b[2J\x1b[0m"),
+        numbered_lines(13, 20),
+        // The same with default attributes after coloured cells: the
+        // cells go back to default and are trimmed again.
+        text("\x1b[41mred red red\x1b[0m\r\x1b[K\r\n"),
+        text("\x1b[41mred red red\x1b[0m\r\x1b[4X\x1b[3G\x1b[P\r\n"),
+        numbered_lines(21, 26),
+    ];
+    for capacity in [1, 4, 30] {
+        check(4, 12, capacity, &ops);
+    }
+}
+
+/// ICH pushes text (and coloured cells) right, towards and off the row end;
+/// DCH pulls it back.
+#[test]
+fn insert_and_delete_characters_through_a_full_scrollback() {
+    let ops = [
+        numbered_lines(1, 8),
+        text("abcdef\x1b[1G\x1b[4@\r\n"),
+        text("abc\x1b[41m \x1b[0m\x1b[1G\x1b[7@\r\n"),
+        text("0123456789\x1b[1G\x1b[3@\r\n"),
+        text("abcdefghij\x1b[3G\x1b[99@\r\n"),
+        text("x\x1b[1G\x1b[@\x1b[@\x1b[@\r\n"),
+        text("日本語\x1b[2G\x1b[2@\r\n"),
+        text("0123456789\x1b[2G\x1b[4P\r\n"),
+        numbered_lines(9, 18),
+    ];
+    for capacity in [1, 3, 20] {
+        check(3, 10, capacity, &ops);
+    }
+}
+
+/// Narrower then wider while the scrollback is full: stored rows keep
+/// their cells, screen rows lose and then regain columns.
+#[test]
+fn resize_narrower_then_wider_with_a_full_scrollback() {
+    let ops = [
+        text("\x1b[44m\x1b[2J\x1b[0m"),
+        numbered_lines(1, 10),
+        text("a line that is fourteen\r\n日本語テキスト\x1b[41m \x1b[0m"),
+        Op::Resize(4, 6),
+        numbered_lines(11, 14),
+        text("abcdefgh"),
+        Op::Resize(4, 16),
+        numbered_lines(15, 17),
+        text("\x1b[10Gwide end 日\r\n"),
+        Op::Resize(6, 3),
+        Op::Resize(3, 18),
+        numbered_lines(18, 24),
+    ];
+    for capacity in [1, 3, 6] {
+        check(4, 14, capacity, &ops);
+    }
+}
+
 /// A small deterministic generator (xorshift), so that the random cases are
 /// the same on every run and need no extra dependency.
 struct Rng(u64);
@@ -346,7 +461,18 @@ const PIECES: &[&str] = &[
     "\x1b[2L",
     "\x1b[M",
     "\x1b[2@",
+    "\x1b[@",
+    "\x1b[9@",
     "\x1b[P",
+    "\x1b[3P",
+    "\x1b[X",
+    "\x1b[4X",
+    "\x1b[42m",
+    "\x1b[48;5;208m",
+    "\x1b[49m",
+    "\x1b[99C",
+    "\x1b[G",
+    "\x1b[8G",
     "\x1bM",
     "\x1bD",
     "\x1bE",
@@ -363,7 +489,7 @@ const PIECES: &[&str] = &[
 
 #[test]
 fn random_output_resizes_and_views() {
-    for seed in 1..=150u64 {
+    for seed in 1..=400u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let rows = 1 + rng.below(7) as u16;
         let cols = 1 + rng.below(14) as u16;
