@@ -299,6 +299,12 @@ mod tests {
     }
 
     #[test]
+    fn log_lines_join_parts_and_skip_stderr() {
+        let log = "2026-12-01T10:00:00Z stdout P {\"a\":\n2026-12-01T10:00:00Z stderr F noise\n2026-12-01T10:00:01Z stdout F 1}\n2026-12-01T10:00:02Z stdout F second\n";
+        assert_eq!(log_stdout_lines(log), ["{\"a\":1}", "second"]);
+    }
+
+    #[test]
     fn warnings_are_dropped_from_errors() {
         let e = "time=\"x\" level=warning msg=\"/ is not a shared mount\"\nError: no such container foo\n";
         assert_eq!(meaningful_stderr(e), "Error: no such container foo");

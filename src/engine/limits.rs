@@ -33,7 +33,7 @@ const RUNC_NPROC_SLACK: u64 = 512;
 pub const OOM_SCORE_ADJ: i32 = 1000;
 
 /// What the host's podman can enforce (`podman info`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSupport {
     /// `v1` or `v2`.
     pub cgroups: String,
@@ -49,6 +49,56 @@ impl HostSupport {
             "{{.Host.CgroupsVersion}}|{{range .Host.CgroupControllers}}{{.}} {{end}}",
         ])?;
         Ok(Self::parse(&out))
+    }
+
+    /// [`HostSupport::detect`], remembered in the runtime folder until the
+    /// machine boots again or podman changes: `podman info` costs a few
+    /// hundred milliseconds of CPU at every domain start, and what it says
+    /// here does not change in between. Nothing when podman cannot say.
+    pub fn cached(rundir: &Path, podman: &crate::podman::Podman) -> HostSupport {
+        #[derive(Serialize, Deserialize)]
+        struct Cached {
+            key: String,
+            support: HostSupport,
+        }
+        let file = rundir.join("host-support.json");
+        let key = Self::cache_key(podman);
+        if let Some(key) = &key
+            && let Some(c) = std::fs::read(&file)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Cached>(&b).ok())
+            && c.key == *key
+        {
+            return c.support;
+        }
+        let Ok(support) = Self::detect(podman) else {
+            return HostSupport::default();
+        };
+        if let Some(key) = key
+            && let Ok(text) = serde_json::to_vec(&Cached {
+                key,
+                support: support.clone(),
+            })
+        {
+            let _ = crate::rundir::write_private(&file, &text);
+        }
+        support
+    }
+
+    /// This boot and this podman binary (path, size, change time).
+    fn cache_key(podman: &crate::podman::Podman) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let program = crate::install::which(podman.program())?;
+        let meta = std::fs::metadata(&program).ok()?;
+        Some(format!(
+            "{} {} {} {}.{}",
+            boot.trim(),
+            program.display(),
+            meta.len(),
+            meta.ctime(),
+            meta.ctime_nsec()
+        ))
     }
 
     fn parse(out: &str) -> HostSupport {

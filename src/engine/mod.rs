@@ -856,7 +856,7 @@ impl Engine {
     /// (every limit then falls back to what holds without cgroups).
     pub fn host_support(&self) -> limits::HostSupport {
         self.host
-            .get_or_init(|| limits::HostSupport::detect(&self.podman).unwrap_or_default())
+            .get_or_init(|| limits::HostSupport::cached(self.rundir.path(), &self.podman))
             .clone()
     }
 

@@ -43,6 +43,24 @@ pub struct Inspected {
     pub runtime: String,
 }
 
+/// `ID PID CONMON_PID RUNTIME` lines; the runtime's path may hold spaces.
+fn parse_inspected(out: &str) -> Vec<Inspected> {
+    out.lines()
+        .filter_map(|line| {
+            let mut words = line.splitn(4, ' ');
+            let id = words.next().filter(|id| !id.is_empty())?.to_string();
+            let mut next_pid = || words.next()?.parse::<i32>().ok().filter(|p| *p > 0);
+            let (pid, conmon) = (next_pid(), next_pid());
+            Some(Inspected {
+                id,
+                pid,
+                conmon,
+                runtime: words.next().unwrap_or("").trim().to_string(),
+            })
+        })
+        .collect()
+}
+
 impl Footprint {
     /// The IDs of `inspected` and their live processes.
     fn of(inspected: &[Inspected]) -> Footprint {
@@ -195,22 +213,7 @@ impl Engine {
             "{{.Id}} {{.State.Pid}} {{.State.ConmonPid}} {{.OCIRuntime}}".into(),
         ];
         args.extend(names_or_ids.iter().cloned());
-        let out = self.podman.run(&args)?;
-        Ok(out
-            .lines()
-            .filter_map(|line| {
-                let mut words = line.splitn(4, ' ');
-                let id = words.next().filter(|id| !id.is_empty())?.to_string();
-                let mut next_pid = || words.next()?.parse::<i32>().ok().filter(|p| *p > 0);
-                let (pid, conmon) = (next_pid(), next_pid());
-                Some(Inspected {
-                    id,
-                    pid,
-                    conmon,
-                    runtime: words.next().unwrap_or("").trim().to_string(),
-                })
-            })
-            .collect())
+        Ok(parse_inspected(&self.podman.run(&args)?))
     }
 
     /// Records the footprint of a started domain (its containers as
@@ -450,6 +453,22 @@ pub fn not_down_message(anchor: &DomainAnchor, left: &[String], failures: &[Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inspect_lines_keep_a_runtime_path_with_spaces() {
+        let out = "abc 42 41 /home/a b/.local/share/lazaret/runtime/runsc\ndef 0 7 runc\n";
+        let got = parse_inspected(out);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].id, "abc");
+        assert_eq!((got[0].pid, got[0].conmon), (Some(42), Some(41)));
+        assert_eq!(
+            got[0].runtime,
+            "/home/a b/.local/share/lazaret/runtime/runsc"
+        );
+        // A stopped container has PID 0: none.
+        assert_eq!((got[1].pid, got[1].conmon), (None, Some(7)));
+        assert_eq!(got[1].runtime, "runc");
+    }
 
     #[test]
     fn finds_a_process_by_id_in_its_command_line_and_by_pid() {
