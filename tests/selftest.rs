@@ -433,10 +433,28 @@ fn pid1_is_the_hosts_binary_runc() {
 /// which the agent cannot write itself.
 fn a_session_waits_for_the_ready_marker(profile: &'static str) {
     let d = Domain::new(profile);
-    d.up();
+    let session = |script: &str| {
+        d.cmd_raw(
+            STANDARD_PATH,
+            &["exec", "--profile", profile, "--", "sh", "-c", script],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    // A session holds the domain's coordinator (a new one would adopt the
+    // running sandbox and declare it ready again).
+    let mut holder = session("touch /tmp/held; sleep 60");
     let marker = common::sandbox::rundir()
         .join(format!("certs_{}", d.hash))
         .join(lazaret_escalate::READY_MARKER_NAME);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while d.sh("test -e /tmp/held").0 != 0 {
+        assert!(Instant::now() < deadline, "the holding session never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(marker.exists(), "no ready marker after the start");
     // The agent cannot declare its own sandbox ready.
     std::fs::remove_file(&marker).unwrap();
@@ -444,18 +462,12 @@ fn a_session_waits_for_the_ready_marker(profile: &'static str) {
     assert_ne!(code, 0, "the agent wrote the ready marker");
     assert!(e.contains("Read-only"), "{e}");
     // A session started now waits, its command not run...
-    let mut exec = d
-        .cmd(STANDARD_PATH, &["exec", "--", "sh", "-c", "touch /tmp/ran"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut exec = session("touch /tmp/ran");
     std::thread::sleep(Duration::from_secs(4));
-    assert!(
-        exec.try_wait().unwrap().is_none(),
-        "the session ended without the marker"
-    );
+    if exec.try_wait().unwrap().is_some() {
+        let out = exec.wait_with_output().unwrap();
+        panic!("the session ended without the marker: {out:?}");
+    }
     let (code, _, _) = d.sh("test -e /tmp/ran");
     assert_ne!(code, 0, "the command ran before the marker");
     // ... until the host writes the marker.
@@ -472,6 +484,8 @@ fn a_session_waits_for_the_ready_marker(profile: &'static str) {
     assert!(status.success(), "{}", text(&out).1);
     let (code, _, e) = d.sh("test -e /tmp/ran");
     assert_eq!(code, 0, "the command did not run: {e}");
+    let _ = holder.kill();
+    let _ = holder.wait();
     d.down();
 }
 

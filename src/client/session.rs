@@ -252,7 +252,7 @@ pub(crate) fn run_in_sandbox(
     // session waits: `podman exec --tty` takes the terminal at once.
     let connected = if tty {
         rt.block_on(client::connect(&ctx, &hello, true, &mut progress))
-            .map(client::Connected::Up)
+            .map(|c| client::Connected::Up(Box::new(c)))
     } else {
         rt.block_on(client::connect_early(&ctx, &hello, &mut progress))
     }
@@ -285,7 +285,7 @@ pub(crate) fn run_in_sandbox(
         cmd.stderr(Stdio::piped());
     }
     let (mut client, child) = match connected {
-        client::Connected::Up(client) => (client, None),
+        client::Connected::Up(client) => (*client, None),
         client::Connected::Checking(checking) => {
             let mut child = {
                 let _in_runtime = rt.enter();

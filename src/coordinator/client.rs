@@ -240,7 +240,7 @@ pub async fn connect(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Client, ClientError> {
     match connect_as(ctx, hello, start, false, progress).await? {
-        Connected::Up(client) => Ok(client),
+        Connected::Up(client) => Ok(*client),
         Connected::Checking(_) => Err(ClientError::Refused(
             "unexpected answer SandboxStarted".into(),
         )),
@@ -251,7 +251,7 @@ pub async fn connect(
 #[derive(Debug)]
 pub enum Connected {
     /// The domain is up.
-    Up(Client),
+    Up(Box<Client>),
     /// The Agent Sandbox runs and is being checked: a session may start its
     /// exec (whose command waits inside for the self-test), then
     /// [`Checking::welcome`] waits for the domain.
@@ -270,7 +270,7 @@ impl Checking {
         match boot_news(&mut self.stream, false, progress).await? {
             BootNews::Welcome(domain) => Ok(Client {
                 stream: self.stream,
-                domain,
+                domain: *domain,
             }),
             _ => Err(ClientError::Refused(
                 "the domain stopped while its sandbox was checked".into(),
@@ -309,7 +309,12 @@ async fn connect_as(
         };
         write_frame(&mut stream, &msg).await?;
         match boot_news(&mut stream, early, progress).await? {
-            BootNews::Welcome(domain) => return Ok(Connected::Up(Client { stream, domain })),
+            BootNews::Welcome(domain) => {
+                return Ok(Connected::Up(Box::new(Client {
+                    stream,
+                    domain: *domain,
+                })));
+            }
             BootNews::Started => return Ok(Connected::Checking(Checking { stream })),
             // Torn down under us: the next attempt starts a new one.
             BootNews::Gone => {}
@@ -321,7 +326,7 @@ async fn connect_as(
 
 /// Where a boot stands for a waiting session.
 enum BootNews {
-    Welcome(DomainStatus),
+    Welcome(Box<DomainStatus>),
     /// The sandbox runs (only when asked for).
     Started,
     /// The coordinator went away or is shutting down.
@@ -342,7 +347,7 @@ async fn boot_news(
             Ok(Ok(CoordMsg::Progress { step })) => progress(&step),
             Ok(Ok(CoordMsg::SandboxStarted)) if until_started => return Ok(BootNews::Started),
             Ok(Ok(CoordMsg::SandboxStarted)) => {}
-            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(BootNews::Welcome(domain)),
+            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(BootNews::Welcome(Box::new(domain))),
             Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
             Ok(Ok(CoordMsg::ShuttingDown)) | Ok(Err(FrameError::Closed)) => {
                 return Ok(BootNews::Gone);
