@@ -435,7 +435,17 @@ fn helpers_check() -> Check {
         .into_iter()
         .filter(|b| find_helper(b).is_none())
         .collect();
-    let outcome = if missing.is_empty() {
+    let stale = find_helper(ESCALATE_BINARY).filter(|p| !crate::install::has_session_gate(p));
+    let outcome = if let Some(path) = stale {
+        fail(
+            format!(
+                "{} is an older build than this lazaret (no `{}`): its sessions would not wait for the sandbox's self-test, so no sandbox starts with it",
+                path.display(),
+                lazaret_escalate::SESSION_GATE
+            ),
+            SETUP,
+        )
+    } else if missing.is_empty() {
         let found: Vec<String> = [SIDECAR_BINARY, ESCALATE_BINARY]
             .iter()
             .filter_map(|b| find_helper(b).map(|p| p.display().to_string()))

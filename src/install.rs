@@ -69,6 +69,20 @@ pub fn is_static_elf(path: &Path) -> bool {
     }
 }
 
+/// `true` when the escalation binary at `path` holds each session's
+/// command back until the sandbox passed its self-test (its `--version`
+/// names [`lazaret_escalate::SESSION_GATE`]); an older build does not.
+pub fn has_session_gate(path: &Path) -> bool {
+    std::process::Command::new(path)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .any(|w| w == lazaret_escalate::SESSION_GATE)
+        })
+}
+
 /// Looks `name` up on `$PATH`, like a shell would.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

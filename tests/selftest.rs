@@ -498,3 +498,48 @@ fn a_session_waits_for_the_ready_marker_gvisor() {
 fn a_session_waits_for_the_ready_marker_runc() {
     a_session_waits_for_the_ready_marker("rc");
 }
+
+/// An escalation binary from an older build (its confined exec would not
+/// hold a session's command back until the self-test passed) is refused
+/// before anything starts, saying what to do.
+#[test]
+fn an_escalation_binary_without_the_session_gate_is_refused() {
+    let d = Domain::new("rc");
+    // A static executable that answers `--version` without the gate.
+    let dir = d.s.mkdir("old-helpers");
+    std::fs::copy("/bin/busybox", dir.join("lazaret-escalate")).unwrap();
+    let out = d
+        .cmd_raw_env(
+            STANDARD_PATH,
+            &[("LAZARET_LIBEXEC_DIR", dir.to_str().unwrap())],
+            &["exec", "--profile", "rc", "--", "true"],
+        )
+        .output()
+        .unwrap();
+    let (_, err) = text(&out);
+    assert!(!out.status.success(), "started with a stale helper: {err}");
+    assert!(
+        err.contains("older build") && err.contains(lazaret_escalate::SESSION_GATE),
+        "{err}"
+    );
+    d.wait_until_gone();
+    // `doctor` names it, with the fix.
+    let out = d
+        .cmd_raw_env(
+            STANDARD_PATH,
+            &[("LAZARET_LIBEXEC_DIR", dir.to_str().unwrap())],
+            &["doctor"],
+        )
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    let helpers = stdout
+        .lines()
+        .find(|l| l.contains("helper binaries"))
+        .unwrap_or_else(|| panic!("no helper line:\n{stdout}"));
+    assert!(
+        helpers.contains("older build") && stdout.contains("scripts/setup"),
+        "{stdout}"
+    );
+}

@@ -55,7 +55,11 @@ fn parse_args(raw: Vec<String>) -> Parsed {
                 return Parsed::Exit(ExitCode::SUCCESS);
             }
             "--version" => {
-                println!("lazaret-escalate {}", env!("CARGO_PKG_VERSION"));
+                println!(
+                    "lazaret-escalate {} {}",
+                    env!("CARGO_PKG_VERSION"),
+                    lazaret_escalate::SESSION_GATE
+                );
                 return Parsed::Exit(ExitCode::SUCCESS);
             }
             "--justify" | "--timeout" => {

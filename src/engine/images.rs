@@ -41,6 +41,13 @@ pub enum ImageError {
         "`{0}` not found next to lazaret or in /usr/local/lib/lazaret; build and install it with sudo scripts/setup"
     )]
     MissingHelper(&'static str),
+    #[error(
+        "{path} is an older build than this lazaret (its `--version` lacks `{feature}`: its sessions would not wait for the sandbox's self-test); install matching helpers with sudo scripts/setup, or point LAZARET_LIBEXEC_DIR at them"
+    )]
+    StaleHelper {
+        path: PathBuf,
+        feature: &'static str,
+    },
     #[error("{what}: {error}")]
     Io { what: String, error: std::io::Error },
     #[error(

@@ -742,6 +742,15 @@ impl Engine {
         }
         let escalate = find_helper(ESCALATE_BINARY)
             .ok_or(images::ImageError::MissingHelper(ESCALATE_BINARY))?;
+        // Sessions may start before the self-test ends only because this
+        // binary holds their commands back: an older build would not.
+        if !crate::install::has_session_gate(&escalate) {
+            return Err(images::ImageError::StaleHelper {
+                path: escalate,
+                feature: lazaret_escalate::SESSION_GATE,
+            }
+            .into());
+        }
         Ok(vec![
             Mount::bind(&esc, escalate_sys::SANDBOX_DIR, true),
             Mount::bind(
