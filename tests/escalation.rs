@@ -306,7 +306,7 @@ impl HostClient {
             loop {
                 match read_frame::<_, CoordMsg>(&mut s).await.unwrap() {
                     CoordMsg::Welcome { .. } => break s,
-                    CoordMsg::Progress { .. } => {}
+                    CoordMsg::Progress { .. } | CoordMsg::SandboxStarted => {}
                     other => panic!("{other:?}"),
                 }
             }
