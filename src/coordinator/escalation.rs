@@ -523,18 +523,27 @@ impl EscalationServer {
             let mut byte = [0u8; 1];
             let _ = tls.read(&mut byte).await;
         };
-        let response = self.judge(req, sessions.as_ref(), gone).await;
-        let mut response = response;
+        let mut outcome = None;
+        let mut response = self.judge(req, sessions.as_ref(), gone, &mut outcome).await;
         let _ = response.fit_to(MAX_RESPONSE_FRAME);
         let _ = protocol::write_response_async(&mut tls, &response).await;
+        // What the command did is written after the answer: the one
+        // durable commit the requester waits for is the decision's, before
+        // the command ran.
+        if let Some(outcome) = outcome {
+            let _ = self.audit("escalation-result", outcome);
+        }
     }
 
     /// Everything after decoding; returns the answer to send.
+    /// A command that ran leaves its audit record in `outcome`, for the
+    /// caller to write after the answer.
     async fn judge(
         &self,
         req: lazaret_escalate::Request,
         sessions: &dyn SessionDirectory,
         requester_gone: impl Future<Output = ()>,
+        outcome: &mut Option<serde_json::Value>,
     ) -> Response {
         let id = req.request_id.clone();
         let refuse = |stage: &str, why: String| {
@@ -674,6 +683,7 @@ impl EscalationServer {
                     &pinned,
                     Some(confinement),
                     None,
+                    outcome,
                 )
                 .await
             }
@@ -733,7 +743,7 @@ impl EscalationServer {
                             return Response::error(&id, e);
                         }
                         match exec_for(&req.command, via_shell, argv) {
-                            Ok(exec) => self.run(&id, exec, &pinned, None, None).await,
+                            Ok(exec) => self.run(&id, exec, &pinned, None, None, outcome).await,
                             Err(e) => Response::error(&id, e),
                         }
                     }
@@ -749,7 +759,10 @@ impl EscalationServer {
                             return Response::error(&id, e);
                         }
                         match exec_for(&command, via_shell, argv) {
-                            Ok(exec) => self.run(&id, exec, &pinned, None, Some(command)).await,
+                            Ok(exec) => {
+                                self.run(&id, exec, &pinned, None, Some(command), outcome)
+                                    .await
+                            }
                             Err(e) => Response::error(&id, e),
                         }
                     }
@@ -822,20 +835,18 @@ impl EscalationServer {
         cwd: &PinnedDir,
         confinement: Option<Confinement>,
         edited: Option<String>,
+        outcome: &mut Option<serde_json::Value>,
     ) -> Response {
         let started = Instant::now();
         let out = execute(&exec, cwd, confinement, self.limits).await;
         let resp = match out {
             Ok(o) => {
-                let _ = self.audit(
-                    "escalation-result",
-                    serde_json::json!({
+                *outcome = Some(serde_json::json!({
                         "request_id": id, "exit_code": o.code, "timed_out": o.timed_out,
                         "stdout_sha256": sha256(&o.stdout), "stderr_sha256": sha256(&o.stderr),
                         "stdout_bytes": o.stdout.len(), "stderr_bytes": o.stderr.len(),
                         "truncated": o.truncated, "millis": started.elapsed().as_millis() as u64,
-                    }),
-                );
+                }));
                 let mut stderr = String::from_utf8_lossy(&o.stderr).into_owned();
                 if o.timed_out {
                     stderr.push_str(&format!(
@@ -847,10 +858,7 @@ impl EscalationServer {
                     .with_truncated(o.truncated)
             }
             Err(e) => {
-                let _ = self.audit(
-                    "escalation-result",
-                    serde_json::json!({ "request_id": id, "error": e }),
-                );
+                *outcome = Some(serde_json::json!({ "request_id": id, "error": e }));
                 Response::error(id, format!("the approved command could not run: {e}"))
             }
         };
