@@ -239,10 +239,12 @@ pub(crate) fn run_in_sandbox(
     let rt = runtime()?;
     let started = Instant::now();
     let mut progress = |step: &str| {
-        eprintln!(
-            "lazaret: [{:>4.1}s] {step}",
+        // One write per line (stderr is unbuffered).
+        let line = format!(
+            "lazaret: [{:>4.1}s] {step}\n",
             started.elapsed().as_secs_f64()
         );
+        let _ = std::io::stderr().write_all(line.as_bytes());
     };
     let hello = session.hello(purpose, has_human);
     let reach = || format!("cannot reach domain {}", ctx.anchor.hash());

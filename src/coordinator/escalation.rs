@@ -626,6 +626,7 @@ impl EscalationServer {
                 }),
             )],
             decisions: Vec::new(),
+            sessions: Vec::new(),
             audit: vec![(
                 "escalation-request",
                 serde_json::json!({

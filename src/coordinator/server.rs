@@ -685,13 +685,22 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
                 human,
             },
         );
+        // The session's row and its audit record: one durable commit.
         let store = shared.store.clone();
         let record = serde_json::json!({ "session_id": info.session_id, "key": session_key, "pid": pid, "purpose": purpose, "started": super::store::now() });
-        let id = info.session_id.clone();
-        let _ = tokio::task::spawn_blocking(move || store.put_session(&id, &record)).await;
-        shared
-            .audit("session-start", serde_json::json!({ "session_id": info.session_id, "pid": pid, "purpose": purpose }))
-            .await;
+        let batch = super::store::Batch {
+            sessions: vec![(info.session_id.clone(), record)],
+            audit: vec![(
+                "session-start",
+                serde_json::json!({ "session_id": info.session_id, "pid": pid, "purpose": purpose }),
+            )],
+            ..Default::default()
+        };
+        match tokio::task::spawn_blocking(move || store.commit(batch)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => log(&format!("audit write failed: {e}")),
+            Err(e) => log(&format!("audit write failed: {e}")),
+        }
     }
     let result = serve_session(&shared, &mut stream, human_rx, conn).await;
     if let Some(info) = holder {

@@ -176,6 +176,8 @@ pub struct Batch {
     pub requests: Vec<(String, serde_json::Value)>,
     /// Decisions, by request id.
     pub decisions: Vec<(String, serde_json::Value)>,
+    /// Client Sessions, by session id.
+    pub sessions: Vec<(String, serde_json::Value)>,
     /// Audit records, appended in this order.
     pub audit: Vec<(&'static str, serde_json::Value)>,
 }
@@ -328,7 +330,11 @@ impl Store {
                 }
                 t.insert(key.as_str(), now()).map_err(|e| self.err(e))?;
             }
-            for (table, rows) in [(REQUESTS, &batch.requests), (DECISIONS, &batch.decisions)] {
+            for (table, rows) in [
+                (REQUESTS, &batch.requests),
+                (DECISIONS, &batch.decisions),
+                (SESSIONS, &batch.sessions),
+            ] {
                 if rows.is_empty() {
                     continue;
                 }
@@ -398,35 +404,6 @@ impl Store {
             }
         }
         Ok(verify_chain(records))
-    }
-
-    /// Records a session and its Session Anchor public key.
-    pub fn put_session(&self, id: &str, record: &serde_json::Value) -> Result<(), StoreError> {
-        self.put(SESSIONS, id, record)
-    }
-
-    pub fn put_request(&self, id: &str, record: &serde_json::Value) -> Result<(), StoreError> {
-        self.put(REQUESTS, id, record)
-    }
-
-    pub fn put_decision(&self, id: &str, record: &serde_json::Value) -> Result<(), StoreError> {
-        self.put(DECISIONS, id, record)
-    }
-
-    fn put(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<(), StoreError> {
-        self.room()?;
-        let bytes = serde_json::to_vec(value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
-        tx.open_table(table)
-            .map_err(|e| self.err(e))?
-            .insert(key, bytes.as_slice())
-            .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))
     }
 
     pub fn session(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
