@@ -461,15 +461,34 @@ fn a_session_waits_for_the_ready_marker(profile: &'static str) {
     let (code, _, e) = d.sh(&format!("touch {}", lazaret_escalate::READY_MARKER));
     assert_ne!(code, 0, "the agent wrote the ready marker");
     assert!(e.contains("Read-only"), "{e}");
-    // A session started now waits, its command not run...
+    // A session started now waits inside the sandbox, its command not run:
+    // first until its confined exec is there, then for a while more.
     let mut exec = session("touch /tmp/ran");
-    std::thread::sleep(Duration::from_secs(4));
-    if exec.try_wait().unwrap().is_some() {
-        let out = exec.wait_with_output().unwrap();
-        panic!("the session ended without the marker: {out:?}");
+    let still_waiting = |exec: &mut std::process::Child| {
+        if exec.try_wait().unwrap().is_some() {
+            panic!("the session ended without the marker");
+        }
+        let (code, _, _) = d.sh("test -e /tmp/ran");
+        assert_ne!(code, 0, "the command ran before the marker");
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        still_waiting(&mut exec);
+        let (_, ps, _) = d.sh("ps -eo args=");
+        if ps.contains("--confined-exec -- sh -c touch /tmp/ran") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session's exec never started:\n{ps}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let (code, _, _) = d.sh("test -e /tmp/ran");
-    assert_ne!(code, 0, "the command ran before the marker");
+    let window = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < window {
+        still_waiting(&mut exec);
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // ... until the host writes the marker.
     std::fs::write(&marker, b"").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -542,4 +561,63 @@ fn an_escalation_binary_without_the_session_gate_is_refused() {
         helpers.contains("older build") && stdout.contains("scripts/setup"),
         "{stdout}"
     );
+}
+
+/// A marker left from an earlier run does not let a session run before
+/// this start's self-test: the sandbox fails its check (runc behind a
+/// `runsc` name), and the command of a `lazaret exec` started meanwhile,
+/// which would write into the host-backed workspace and volume, never ran.
+#[test]
+fn a_stale_ready_marker_lets_nothing_run_before_a_failing_self_test() {
+    let d = Domain::new("gv");
+    let path = fake_runsc(&d.s);
+    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    std::fs::create_dir_all(&certs).unwrap();
+    let marker = certs.join(lazaret_escalate::READY_MARKER_NAME);
+    std::fs::write(&marker, b"").unwrap();
+    if let Some(u) = common::test_user() {
+        for p in [&certs, &marker] {
+            std::os::unix::fs::chown(p, Some(u.uid), Some(u.gid)).unwrap();
+        }
+    }
+    let name = "lazaret-stale-marker-ran";
+    let out = d
+        .cmd_raw(
+            &path,
+            &[
+                "exec",
+                "--profile",
+                "gv",
+                "--",
+                "sh",
+                "-c",
+                &format!("touch /workspace/{name} /root/persist/{name}"),
+            ],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "started:\n{stdout}{stderr}");
+    assert!(stderr.contains("expected gVisor"), "{stderr}");
+    d.wait_until_gone();
+    let ran = files_named(&d.s.path(), name);
+    assert!(ran.is_empty(), "the session's command ran: {ran:?}");
+}
+
+/// Files called `name` anywhere under `dir` (symbolic links not followed).
+fn files_named(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_dir() {
+            found.extend(files_named(&e.path(), name));
+        } else if e.file_name() == name {
+            found.push(e.path());
+        }
+    }
+    found
 }

@@ -21,7 +21,7 @@ use super::protocol::{
 };
 use super::store::{Store, Verification};
 use crate::config::ResolvedProfile;
-use crate::engine::{Engine, Sandbox};
+use crate::engine::{Engine, Sandbox, Step};
 use crate::git_sentry::sync::Propagator;
 use crate::host::HostEnv;
 use lazaret_escalate::ed25519_dalek::VerifyingKey;
@@ -46,7 +46,7 @@ struct Shared {
     boot: watch::Receiver<Boot>,
     /// Every boot step so far: the watch above keeps only the latest, and
     /// a session shows them all, whenever it attached.
-    boot_log: Mutex<Vec<String>>,
+    boot_log: Mutex<Vec<Step>>,
     sandbox: Mutex<Option<Sandbox>>,
     /// Live sessions that hold the domain up, by connection number.
     sessions: Mutex<BTreeMap<u64, LiveSession>>,
@@ -310,7 +310,7 @@ async fn serve(
         store,
         started: Instant::now(),
         boot: boot_rx,
-        boot_log: Mutex::new(vec!["starting".into()]),
+        boot_log: Mutex::new(vec![Step::Starting]),
         sandbox: Mutex::new(None),
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
@@ -360,7 +360,7 @@ async fn serve(
                 });
                 s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
-                    s2.boot_log.lock().expect("lock").push(step.to_string());
+                    s2.boot_log.lock().expect("lock").push(step);
                     let _ = tx.send(Boot::Booting);
                 })
             })
@@ -774,12 +774,17 @@ async fn serve_session(
     let mut sent = 0;
     loop {
         let state = boot.borrow_and_update().clone();
-        let steps: Vec<String> = shared.boot_log.lock().expect("lock")[sent..].to_vec();
+        let steps: Vec<Step> = shared.boot_log.lock().expect("lock")[sent..].to_vec();
         sent += steps.len();
         for step in steps {
-            let started = step == crate::engine::Step::CheckingSandbox.to_string();
-            write_frame(stream, &CoordMsg::Progress { step }).await?;
-            if started {
+            write_frame(
+                stream,
+                &CoordMsg::Progress {
+                    step: step.to_string(),
+                },
+            )
+            .await?;
+            if step == Step::CheckingSandbox {
                 write_frame(stream, &CoordMsg::SandboxStarted).await?;
             }
         }

@@ -228,6 +228,8 @@ impl Sandbox {
 /// Steps of `up`, for a progress display.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// The coordinator began (the first step every session sees).
+    Starting,
     /// A pull in progress, repeated every [`HEARTBEAT`]: each one reaches
     /// every waiting session, so no client deadline fires meanwhile.
     PullingImage {
@@ -252,6 +254,7 @@ impl std::fmt::Display for Step {
             return write!(f, "pulling image {image} ({secs} s so far)");
         }
         f.write_str(match self {
+            Step::Starting => "starting",
             Step::PullingImage { .. } => "pulling an image",
             Step::CleaningLeftovers => "removing leftovers of an earlier run",
             Step::PreparingWorkspace => "preparing the agent's workspace and branch",
