@@ -100,6 +100,49 @@ fn is_executable(p: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A minimal ELF64 executable whose program headers are `types`.
+    fn elf_with(types: &[u32]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        b.extend_from_slice(&62u16.to_le_bytes()); // x86-64
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&0x40_0000u64.to_le_bytes()); // entry
+        b.extend_from_slice(&64u64.to_le_bytes()); // program headers follow
+        b.extend_from_slice(&0u64.to_le_bytes()); // no section headers
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for v in [64u16, 56, types.len() as u16, 64, 0, 0] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for &t in types {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&5u32.to_le_bytes()); // R+X
+            for v in [0u64, 0x40_0000, 0x40_0000, 0, 0, 0x1000] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn an_executable_without_an_interpreter_is_static() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: Vec<u8>| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        let load = object::elf::PT_LOAD;
+        let interp = object::elf::PT_INTERP;
+        assert!(is_static_elf(&write("static", elf_with(&[load]))));
+        // The same file with an interpreter header is not.
+        assert!(!is_static_elf(&write("dynamic", elf_with(&[interp, load]))));
+        let mut cut = elf_with(&[load]);
+        cut.truncate(70);
+        assert!(!is_static_elf(&write("truncated", cut)));
+    }
+
     #[test]
     fn dynamic_executables_are_not_static() {
         // The test binary itself is dynamically linked (the default target).

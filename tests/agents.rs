@@ -524,8 +524,7 @@ fn assert_refused(run: &Run, script: &str) {
 
 #[test]
 fn claude_code_escalates_through_a_mock_api() {
-    if !common::is_root() {
-        eprintln!("skipped: making the test's network namespace needs root");
+    if !common::can_run_as_root("making the test's network namespace needs root") {
         return;
     }
     let claude = |url_var: &str, timeout: u32| {
@@ -547,8 +546,7 @@ fn claude_code_escalates_through_a_mock_api() {
 
 #[test]
 fn codex_exec_escalates_through_a_mock_api() {
-    if !common::is_root() {
-        eprintln!("skipped: making the test's network namespace needs root");
+    if !common::can_run_as_root("making the test's network namespace needs root") {
         return;
     }
     // The mock as a model provider of its own: Codex's built-in `openai`
@@ -615,14 +613,21 @@ fn a_missing_agent_command_shows_why_in_its_tab() {
 #[test]
 fn a_missing_agent_image_says_how_to_build_it() {
     let d = Domain::new("aider");
-    if common::podman(&["image", "exists", "localhost/lazaret/agent-aider:latest"])
-        .status
-        .success()
-    {
-        eprintln!("skipped: the aider image is built on this machine");
-        return;
-    }
-    d.add_config("[profiles.aider]\nagent = \"aider\"\n");
+    // A tag of the aider repository that this test owns and nothing builds,
+    // so the test runs whether or not this machine has built aider.
+    let image = format!(
+        "localhost/lazaret/agent-aider:lazaret-test-missing-{}",
+        d.hash
+    );
+    assert!(
+        !common::podman(&["image", "exists", &image])
+            .status
+            .success(),
+        "{image} exists"
+    );
+    d.add_config(&format!(
+        "[profiles.aider]\nagent = \"aider\"\nimage = \"{image}\"\n"
+    ));
     let out = d.lazaret(&["sandbox", "up"]);
     let (o, e) = text(&out);
     assert!(!out.status.success(), "{o}{e}");
@@ -641,11 +646,8 @@ fn a_missing_agent_image_says_how_to_build_it() {
 fn login_state_persists_in_the_profile_home_across_domains() {
     let d = Domain::new("gv");
     let other = d.s.mkdir("ws2");
-    let second = lazaret::domain::DomainAnchor::new("gv", &other)
-        .unwrap()
-        .hash()
-        .to_string();
-    assert_ne!(second, d.hash, "two workspaces, two domains");
+    let second = lazaret::domain::DomainAnchor::new("gv", &other).unwrap();
+    assert_ne!(second.hash(), d.hash, "two workspaces, two domains");
     let exec = |ws: &std::path::Path, script: &str| {
         let out = d
             .cmd_raw(

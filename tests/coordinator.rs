@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::sandbox::{Domain, rundir, wait_domain_gone};
+use common::sandbox::{Domain, wait_domain_gone};
 use common::{STANDARD_PATH, podman, text};
 use lazaret::coordinator::store::{AuditRecord, Store, StoreError};
 
@@ -26,7 +26,7 @@ fn spawn(mut cmd: std::process::Command) -> Child {
 }
 
 fn socket(d: &Domain) -> PathBuf {
-    rundir().join(format!("lazaret_coord_{}.sock", d.hash))
+    d.control_socket()
 }
 
 fn wait_for_socket(d: &Domain) {
@@ -114,7 +114,7 @@ fn eight_concurrent_sessions_share_one_domain() {
     let ps = text(&podman(&[
         "ps",
         "--filter",
-        &format!("label=lazaret.domain={}", d.hash),
+        &format!("label={}={}", lazaret::engine::LABEL_DOMAIN, d.hash),
         "--format",
         "{{.Names}}",
     ]))
@@ -440,22 +440,59 @@ fn migrates_a_version_1_store() {
     );
 }
 
-/// Writes the version-1 fixture (run once by hand: it is committed).
+/// Writes a version-1 store, as Lazaret's first schema did: a test-only
+/// writer (the product only reads and migrates version 1).
+fn create_v1(path: &Path, events: &[(u64, &str)]) {
+    use lazaret::coordinator::store::{GENESIS, v1};
+    let meta = redb::TableDefinition::<&str, u64>::new("meta");
+    let db = redb::Database::create(path).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        tx.open_table(meta)
+            .unwrap()
+            .insert("schema_version", 1)
+            .unwrap();
+        let mut audit = tx.open_table(v1::AUDIT_V1).unwrap();
+        let mut prev = GENESIS.to_string();
+        for (seq, (time, event)) in events.iter().enumerate() {
+            let seq = seq as u64;
+            let hash = v1::hash_v1(seq, *time, event, &prev);
+            let r = v1::RecordV1 {
+                seq,
+                time: *time,
+                event: event.to_string(),
+                prev: prev.clone(),
+                hash: hash.clone(),
+            };
+            audit
+                .insert(seq, serde_json::to_vec(&r).unwrap().as_slice())
+                .unwrap();
+            prev = hash;
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// The committed version-1 fixture holds what the version-1 writer makes.
+/// `LAZARET_WRITE_FIXTURES=1` rewrites it, and then fails: a run that
+/// writes the fixture has compared nothing.
 #[test]
 fn version_1_fixture_is_what_the_v1_writer_makes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.redb");
-    lazaret::coordinator::store::v1::create(
+    create_v1(
         &path,
         &[
             (1_700_000_000, "session 1 started"),
             (1_700_000_010, "escalation: ls -la"),
             (1_700_000_020, "approved: ls -la"),
         ],
-    )
-    .unwrap();
+    );
     if std::env::var_os("LAZARET_WRITE_FIXTURES").is_some() {
         std::fs::copy(&path, fixture("state-v1.redb")).unwrap();
+        panic!(
+            "wrote tests/fixtures/state-v1.redb; run again without LAZARET_WRITE_FIXTURES to check it"
+        );
     }
     // Same logical content as the committed file.
     let read = |p: &Path| {
@@ -473,7 +510,9 @@ fn version_1_fixture_is_what_the_v1_writer_makes() {
             .map(|x| x.unwrap().1.value().to_vec())
             .collect::<Vec<_>>()
     };
-    assert_eq!(read(&path), read(&fixture("state-v1.redb")));
+    let written = read(&path);
+    assert_eq!(written.len(), 3, "the writer wrote nothing");
+    assert_eq!(written, read(&fixture("state-v1.redb")));
 }
 
 /// When its domain cannot start, `lazaret shell` gives the terminal back

@@ -158,8 +158,7 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 fn names_by_name(profile: &'static str, runtime: &str) {
-    if !common::is_root() {
-        eprintln!("skipped: making the test's network namespace needs root");
+    if !common::can_run_as_root("making the test's network namespace needs root") {
         return;
     }
     let started = Instant::now();

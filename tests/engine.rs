@@ -188,6 +188,52 @@ fn up_and_down_are_idempotent() {
     d.assert_gone();
 }
 
+/// Domains of one image start and stop at once, again and again, one of
+/// them killed mid-start each round and cleaned by `down` (issue 24): no
+/// domain's stop or cleanup can pull the image's root from under another's
+/// State Anchor, and each domain sees the image's `/usr` through its own
+/// bind mount, not through podman's shared image mount.
+#[test]
+fn domains_of_one_image_start_and_stop_at_once() {
+    let domains: Vec<Domain> = ["gv", "rc", "rc", "gv"].map(Domain::new).into();
+    let victim = Domain::new("rc");
+    let round = |d: &Domain| {
+        d.up();
+        let lower = d.domain_root().join("usr_lower").display().to_string();
+        assert!(d.mounts().contains(&lower), "no own bind: {:?}", d.mounts());
+        let (code, out, err) = d.sh("test -x /usr/bin/ls && ls /usr/bin | wc -l");
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.trim().parse::<u32>().unwrap() > 50,
+            "an empty /usr: {out}"
+        );
+        d.down();
+        d.assert_gone();
+    };
+    for _ in 0..3 {
+        std::thread::scope(|scope| {
+            for d in &domains {
+                scope.spawn(|| round(d));
+            }
+            // A start killed as soon as its sidecar exists, while the others
+            // mount: the `down` that cleans it runs while they start.
+            let mut cmd = victim.cmd(STANDARD_PATH, &["sandbox", "up"]);
+            cmd.process_group(0);
+            let child = cmd.spawn().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !victim.containers().contains(&victim.sidecar()) {
+                assert!(Instant::now() < deadline, "the sidecar never appeared");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL).unwrap();
+            let _ = child.wait_with_output();
+            victim.down();
+            victim.assert_gone();
+        });
+    }
+}
+
 /// The starting process is killed with SIGKILL mid-start: the leftovers are
 /// found by name and cleaned by the next `down`, and by the next `up`.
 #[test]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{STANDARD_PATH, is_root, lazaret_bin, shell_quote};
+use common::{STANDARD_PATH, lazaret_bin, shell_quote};
 
 const BASE_IMAGE: &str = "localhost/lazaret/trixie:latest";
 
@@ -126,8 +126,7 @@ fn run(c: &mut Command) {
 
 #[test]
 fn new_account_with_no_configuration_gets_a_gvisor_shell() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create a throwaway user");
+    if !common::can_run_as_root("creating a throwaway user needs root") {
         return;
     }
     let started = Instant::now();

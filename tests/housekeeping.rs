@@ -102,7 +102,9 @@ fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let socket = xdg.join(format!("lazaret/lazaret_coord_{}.sock", d.hash));
+    let socket = d
+        .anchor
+        .control_socket(&lazaret::rundir::RuntimeDir::unchecked(xdg.join("lazaret")));
     let deadline = Instant::now() + Duration::from_secs(90);
     let (pid, session_pid) = loop {
         if d.containers().len() == 2
@@ -210,7 +212,7 @@ fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
             .unwrap();
         assert!(out.status.success(), "{p}: {}", text(&out).1);
     }
-    for h in [&d.hash, &rcd, &netrc] {
+    for h in [&d.anchor, &rcd, &netrc] {
         common::sandbox::wait_domain_gone(h, Vec::new);
     }
     let domains = d.s.path().join("data/domains");
@@ -230,7 +232,7 @@ fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
         ],
     );
     age_folder(&d.domain_root());
-    age_folder(&domains.join(&rcd));
+    age_folder(&domains.join(rcd.hash()));
 
     let out = d
         .cmd_raw(STANDARD_PATH, &["domains", "list", "--json"])
@@ -255,17 +257,23 @@ fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains(&format!("removed {rcd}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("removed {}", rcd.hash())),
+        "{stdout}"
+    );
     assert!(stdout.contains(&format!("kept {}", d.hash)), "{stdout}");
     assert!(
-        !domains.join(&rcd).exists(),
+        !domains.join(rcd.hash()).exists(),
         "the old stopped domain is gone"
     );
     assert!(
         d.domain_root().join("workspace/.git").is_dir(),
         "the clone is kept"
     );
-    assert!(domains.join(&netrc).exists(), "a recent domain is kept");
+    assert!(
+        domains.join(netrc.hash()).exists(),
+        "a recent domain is kept"
+    );
 }
 
 /// `image prune` removes Lazaret's images nothing uses and keeps the ones

@@ -13,7 +13,7 @@ mod common;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::sandbox::{Domain, rundir};
+use common::sandbox::Domain;
 use common::{STANDARD_PATH, podman, text};
 
 const LIMITS: &str = r#"limits = { memory = "256MiB", pids = 128 }"#;
@@ -30,7 +30,7 @@ fn hold_up(d: &Domain) -> Child {
 }
 
 fn wait_up(d: &Domain) {
-    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+    let socket = d.control_socket();
     let deadline = Instant::now() + Duration::from_secs(90);
     while d.containers().len() < 2 || !socket.exists() || d.sh("true").0 != 0 {
         assert!(Instant::now() < deadline, "the domain never came up");

@@ -447,9 +447,7 @@ fn a_session_waits_for_the_ready_marker(profile: &'static str) {
     // A session holds the domain's coordinator (a new one would adopt the
     // running sandbox and declare it ready again).
     let mut holder = session("touch /tmp/held; sleep 60");
-    let marker = common::sandbox::rundir()
-        .join(format!("certs_{}", d.hash))
-        .join(lazaret_escalate::READY_MARKER_NAME);
+    let marker = d.certs_dir().join(lazaret_escalate::READY_MARKER_NAME);
     let deadline = Instant::now() + Duration::from_secs(120);
     while d.sh("test -e /tmp/held").0 != 0 {
         assert!(Instant::now() < deadline, "the holding session never ran");
@@ -571,7 +569,7 @@ fn an_escalation_binary_without_the_session_gate_is_refused() {
 fn a_stale_ready_marker_lets_nothing_run_before_a_failing_self_test() {
     let d = Domain::new("gv");
     let path = fake_runsc(&d.s);
-    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    let certs = d.certs_dir();
     std::fs::create_dir_all(&certs).unwrap();
     let marker = certs.join(lazaret_escalate::READY_MARKER_NAME);
     std::fs::write(&marker, b"").unwrap();

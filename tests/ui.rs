@@ -263,7 +263,7 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.wait_for(120, "the gv tab's shell", |s| {
         s.lines().next().unwrap_or("").contains("2:gv")
             && s.contains("root@")
-            && s.contains(&format!("gv {gv} · gVisor"))
+            && s.contains(&format!("gv {} · gVisor", gv.hash()))
     });
     // Q aborts (spec §5.2): the request is denied and the UI ends, every
     // session of it (the gv tab too), and with them both domains.
@@ -531,7 +531,7 @@ fn no_color_means_no_colour_on_screen() {
     };
     assert!(!coloured(&[("NO_COLOR", "1")]), "colour despite NO_COLOR");
     assert!(coloured(&[]), "the check itself sees colour");
-    wait_domain_gone(&d.hash, Vec::new);
+    wait_domain_gone(&d.anchor, Vec::new);
 }
 
 /// A long day (issue 14): a sandbox certificate that cannot be renewed is
@@ -557,7 +557,7 @@ fn a_failed_certificate_renewal_shows_in_the_workbench() {
         ),
     );
     t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
-    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    let certs = d.certs_dir();
     std::fs::create_dir(certs.join(".ca.pem.tmp")).unwrap();
     let s = t.wait_for(20, "the warning", |s| {
         s.contains("cannot renew the sandbox's escalation certificate")

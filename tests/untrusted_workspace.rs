@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::sandbox::{Domain, rundir};
+use common::sandbox::Domain;
 use common::{STANDARD_PATH, podman, text};
 
 fn mode(p: &std::path::Path) -> u32 {
@@ -43,7 +43,7 @@ fn container_ids(d: &Domain) -> Vec<String> {
         "-a",
         "--no-trunc",
         "--filter",
-        &format!("label=lazaret.domain={}", d.hash),
+        &format!("label={}={}", lazaret::engine::LABEL_DOMAIN, d.hash),
         "--format",
         "{{.ID}}",
     ]);
@@ -206,7 +206,7 @@ fn spawn_session(d: &Domain) -> Child {
 fn down_with_a_broken_runtime_names_what_is_left() {
     let d = Domain::new("gv");
     let mut session = spawn_session(&d);
-    let socket = rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+    let socket = d.control_socket();
     let deadline = Instant::now() + Duration::from_secs(90);
     while d.containers().len() < 2 || !socket.exists() || status_of(&d).is_none() {
         assert!(Instant::now() < deadline, "the domain never came up");
@@ -275,8 +275,7 @@ fn down_with_a_broken_runtime_names_what_is_left() {
 /// podman runs) is refused before anything starts.
 #[test]
 fn storage_root_of_another_user_is_refused() {
-    if common::test_user().is_none() {
-        eprintln!("skipped: needs root to hand the folder to another user");
+    if !common::can_run_as_root("handing the folder to another user needs root") {
         return;
     }
     let d = Domain::new("rc");

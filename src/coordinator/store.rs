@@ -472,38 +472,6 @@ pub mod v1 {
         hex::encode(h.finalize())
     }
 
-    /// Writes a version-1 store, as Lazaret's first schema did. Kept to make
-    /// the fixture the migration test upgrades.
-    pub fn create(path: &Path, events: &[(u64, &str)]) -> Result<(), StoreError> {
-        let db = Database::create(path).map_err(|e| db_err(path, e))?;
-        let tx = db.begin_write().map_err(|e| db_err(path, e))?;
-        {
-            let mut meta = tx.open_table(META).map_err(|e| db_err(path, e))?;
-            meta.insert("schema_version", 1)
-                .map_err(|e| db_err(path, e))?;
-            let mut audit = tx.open_table(AUDIT_V1).map_err(|e| db_err(path, e))?;
-            let mut prev = GENESIS.to_string();
-            for (seq, (time, event)) in events.iter().enumerate() {
-                let seq = seq as u64;
-                let hash = hash_v1(seq, *time, event, &prev);
-                let r = RecordV1 {
-                    seq,
-                    time: *time,
-                    event: event.to_string(),
-                    prev: prev.clone(),
-                    hash: hash.clone(),
-                };
-                let bytes =
-                    serde_json::to_vec(&r).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                audit
-                    .insert(seq, bytes.as_slice())
-                    .map_err(|e| db_err(path, e))?;
-                prev = hash;
-            }
-        }
-        tx.commit().map_err(|e| db_err(path, e))
-    }
-
     pub(super) fn migrate_audit(
         tx: &redb::WriteTransaction,
         audit: &mut redb::Table<u64, &[u8]>,

@@ -6,6 +6,14 @@
 //! `podman run -v MERGED:/usr` sees them; they are invisible from the plain
 //! host. Kernel overlay with `userxattr` is tried first (no daemon), then
 //! fuse-overlayfs.
+//!
+//! The lower folder is the domain's own bind mount of the image's folder
+//! (`<dir>_lower`), taken while podman holds the image mounted for a moment:
+//! podman counts image mounts per user, not per domain, so a domain that
+//! kept the image mounted for its whole life could lose its root to any
+//! miscounted unmount of another domain of the same image (one killed
+//! mid-start, say). A bind mount keeps the image's file system alive on
+//! its own, whatever podman does with the image mount afterwards.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +41,10 @@ pub enum StateAnchorError {
         "the path `{0}` contains `,` or `:`, which overlay mount options cannot carry; choose a data_root without them"
     )]
     BadPath(PathBuf),
+    #[error(
+        "podman mounted the image at {0}, which does not exist in its user namespace; try again, and if it persists run `podman system migrate`"
+    )]
+    ImageRootMissing(PathBuf),
 }
 
 /// One persistent folder and its three host folders.
@@ -40,13 +52,16 @@ pub enum StateAnchorError {
 pub struct PersistentDir {
     /// The folder in the container, e.g. `/usr`.
     pub container: PathBuf,
+    /// This domain's bind mount of the image's folder.
+    pub lower: PathBuf,
     pub changes: PathBuf,
     pub work: PathBuf,
     pub merged: PathBuf,
 }
 
 /// The host folder names for `container` under the Domain Root: `/usr`
-/// gives `usr_changes`, `usr_work`, `usr_merged` as in spec §4.3.2.
+/// gives `usr_changes`, `usr_work`, `usr_merged` as in spec §4.3.2 (and
+/// `usr_lower`, the image's `/usr`).
 pub fn layout(domain_root: &Path, container: &Path) -> PersistentDir {
     let slug: String = container
         .to_string_lossy()
@@ -56,6 +71,7 @@ pub fn layout(domain_root: &Path, container: &Path) -> PersistentDir {
         .collect();
     PersistentDir {
         container: container.to_path_buf(),
+        lower: domain_root.join(format!("{slug}_lower")),
         changes: domain_root.join(format!("{slug}_changes")),
         work: domain_root.join(format!("{slug}_work")),
         merged: domain_root.join(format!("{slug}_merged")),
@@ -123,40 +139,85 @@ pub fn mount(
         return Ok(layouts);
     }
     prepare(domain_root)?;
-    // Record the image before mounting it, so a teardown after a crash
-    // anywhere below still releases it.
-    let record = domain_root.join("state_anchor.image");
-    std::fs::write(&record, image).map_err(|error| StateAnchorError::Io {
-        path: record.clone(),
-        error,
-    })?;
-    // The image's root in the user namespace; mounting it again is cheap and
-    // returns the same path.
-    let image_root = PathBuf::from(
-        podman
-            .run(["unshare", "podman", "image", "mount", image])?
-            .trim(),
-    );
+    let mut mounted = mounted;
+    for attempt in 1.. {
+        // The image's root in the user namespace, held only until each
+        // folder has its own bind mount below.
+        let image_root = PathBuf::from(
+            podman
+                .run(["unshare", "podman", "image", "mount", image])?
+                .trim(),
+        );
+        let result = mount_overlays(podman, domain_root, &image_root, &layouts, &mounted);
+        let released = podman.run(["unshare", "podman", "image", "unmount", image]);
+        match result {
+            // Unmounted in between by someone else: mounted again.
+            Err(StateAnchorError::ImageRootMissing(_)) if attempt < 3 => {
+                mounted = mounted_under(podman, domain_root)?;
+            }
+            result => {
+                result?;
+                released?;
+                break;
+            }
+        }
+    }
+    Ok(layouts)
+}
+
+fn mount_overlays(
+    podman: &Podman,
+    domain_root: &Path,
+    image_root: &Path,
+    layouts: &[PersistentDir],
+    mounted: &[PathBuf],
+) -> Result<(), StateAnchorError> {
+    let unshare_ok = |args: &[&str]| {
+        let mut all = vec!["unshare"];
+        all.extend_from_slice(args);
+        podman.run(all).is_ok()
+    };
+    let image_root_str = image_root.to_string_lossy();
+    let root_missing = || {
+        (!unshare_ok(&["test", "-d", &image_root_str]))
+            .then(|| StateAnchorError::ImageRootMissing(image_root.to_path_buf()))
+    };
+    if let Some(missing) = root_missing() {
+        return Err(missing);
+    }
     let empty_lower = domain_root.join("empty_lower");
     for l in layouts.iter().filter(|l| !mounted.contains(&l.merged)) {
-        for p in [&l.changes, &l.work, &l.merged] {
+        for p in [&l.lower, &l.changes, &l.work, &l.merged] {
             prepare(p)?;
         }
         if l.container == Path::new("/etc") {
             drop_runtime_injected(podman, &l.changes)?;
         }
-        let mut lower = image_root.join(l.container.strip_prefix("/").unwrap_or(&l.container));
-        if lower.to_string_lossy().contains(',') {
-            return Err(StateAnchorError::BadPath(lower));
+        let lower_str = l.lower.to_string_lossy().into_owned();
+        // A bind left by a start that died before its overlay: taken again.
+        if mounted.contains(&l.lower) {
+            podman.run(["unshare", "umount", &lower_str])?;
         }
+        let source = image_root.join(l.container.strip_prefix("/").unwrap_or(&l.container));
         // A folder the image lacks starts empty.
-        if podman
-            .run(["unshare", "test", "-d", &lower.to_string_lossy()])
-            .is_err()
-        {
+        let lower = if unshare_ok(&["test", "-d", &source.to_string_lossy()]) {
+            let bound = podman.run([
+                "unshare",
+                "mount",
+                "--bind",
+                &source.to_string_lossy(),
+                &lower_str,
+            ]);
+            if let Err(e) = bound {
+                return Err(root_missing().unwrap_or(e.into()));
+            }
+            l.lower.clone()
+        } else if let Some(missing) = root_missing() {
+            return Err(missing);
+        } else {
             prepare(&empty_lower)?;
-            lower = empty_lower.clone();
-        }
+            empty_lower.clone()
+        };
         let opts = format!(
             "lowerdir={},upperdir={},workdir={}",
             lower.display(),
@@ -184,7 +245,7 @@ pub fn mount(
                 })?;
         }
     }
-    Ok(layouts)
+    Ok(())
 }
 
 /// Spec §4.3.4: podman writes these files at every start; a persisted copy
@@ -204,8 +265,12 @@ fn drop_runtime_injected(podman: &Podman, changes: &Path) -> Result<(), PodmanEr
 /// mount. Idempotent; safe when nothing is mounted.
 pub fn unmount(podman: &Podman, domain_root: &Path) -> Result<(), PodmanError> {
     let mut mounted = mounted_under(podman, domain_root)?;
-    // Deepest first, should anything be nested.
-    mounted.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    // Deepest first, should anything be nested; an overlay before the bind
+    // mount it has as its lower folder (which is busy until then).
+    mounted.sort_by_key(|p| {
+        let lower = p.to_string_lossy().ends_with("_lower");
+        (std::cmp::Reverse(p.components().count()), lower)
+    });
     for m in mounted {
         podman.run(["unshare", "umount", &m.to_string_lossy()])?;
     }
@@ -215,9 +280,10 @@ pub fn unmount(podman: &Podman, domain_root: &Path) -> Result<(), PodmanError> {
     if etc.is_dir() {
         drop_runtime_injected(podman, &etc)?;
     }
+    // A domain started by an older Lazaret held the image mounted for its
+    // whole life and recorded which: that one mount is given back.
     let record = domain_root.join("state_anchor.image");
     if let Ok(image) = std::fs::read_to_string(&record) {
-        // Another domain may still use the image; podman counts mounts.
         match podman.run(["unshare", "podman", "image", "unmount", image.trim()]) {
             Ok(_) => {}
             Err(PodmanError::Failed { stderr, .. })
@@ -239,6 +305,7 @@ mod tests {
         assert_eq!(l.changes, Path::new("/d/usr_changes"));
         assert_eq!(l.work, Path::new("/d/usr_work"));
         assert_eq!(l.merged, Path::new("/d/usr_merged"));
+        assert_eq!(l.lower, Path::new("/d/usr_lower"));
         assert_eq!(
             layout(Path::new("/d"), Path::new("/var/lib/apt")).merged,
             Path::new("/d/var_lib_apt_merged")

@@ -27,6 +27,51 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Whether a test whose precondition is `met` can run. A test that cannot
+/// run fails: cargo would report a test that returns early as passed.
+/// Only with `LAZARET_ALLOW_SKIP=1` (never set by CI) is it skipped, and
+/// then counted in the skip log that scripts/test prints as
+/// "N skipped: reasons".
+pub fn can_run(met: bool, why: &str) -> bool {
+    if met {
+        return true;
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    if std::env::var("LAZARET_ALLOW_SKIP").as_deref() != Ok("1") {
+        panic!(
+            "{test} cannot run here: {why}. Run the suite with `sudo scripts/test` \
+             (it runs every test as root, and Lazaret as an unprivileged user), or set \
+             LAZARET_ALLOW_SKIP=1 to count it as skipped"
+        );
+    }
+    let log = std::env::var_os("LAZARET_SKIP_LOG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("lazaret-skipped.log"));
+    // One short O_APPEND write per line: parallel tests do not interleave.
+    let line = format!("{test}: {why}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        panic!(
+            "{test} skipped, but the skip log {} failed: {e}",
+            log.display()
+        );
+    }
+    eprintln!("SKIPPED {test}: {why} (counted in {})", log.display());
+    false
+}
+
+/// [`can_run`] for tests that need root (network namespaces, other users).
+pub fn can_run_as_root(why: &str) -> bool {
+    can_run(is_root(), why)
+}
+
 /// `None` when the suite runs unprivileged (then Lazaret runs as us).
 pub fn test_user() -> Option<&'static TestUser> {
     static USER: OnceLock<Option<TestUser>> = OnceLock::new();

@@ -6,6 +6,9 @@ use std::process::Output;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lazaret::domain::DomainAnchor;
+use lazaret::rundir::RuntimeDir;
+
 use super::{STANDARD_PATH, Scratch, lazaret_env, podman, text, user_home};
 
 /// Built by scripts/test (`lazaret image build`) before the suite runs.
@@ -24,6 +27,7 @@ pub fn require_base_image() {
 pub struct Domain {
     pub s: Scratch,
     pub profile: &'static str,
+    pub anchor: DomainAnchor,
     pub hash: String,
     /// Other profiles a test started on this workspace (see [`Domain::other`]).
     others: Mutex<Vec<&'static str>>,
@@ -39,6 +43,11 @@ pub fn rundir() -> PathBuf {
     lazaret::rundir::fallback_parent().join(format!("lazaret-{uid}"))
 }
 
+/// [`rundir`] as the product names files in it.
+pub fn runtime_dir() -> RuntimeDir {
+    RuntimeDir::unchecked(rundir())
+}
+
 /// `true` when nobody holds `path`'s lock (or it does not exist).
 pub fn lock_is_free(path: &Path) -> bool {
     lazaret::coordinator::lock::try_exclusive(path).is_ok_and(|g| g.is_some())
@@ -50,7 +59,7 @@ pub fn containers_of(hash: &str) -> Vec<String> {
         "ps",
         "-a",
         "--filter",
-        &format!("label=lazaret.domain={hash}"),
+        &format!("label={}={hash}", lazaret::engine::LABEL_DOMAIN),
         "--format",
         "{{.Names}}",
     ]);
@@ -60,13 +69,16 @@ pub fn containers_of(hash: &str) -> Vec<String> {
         .collect()
 }
 
-/// Polls until domain `hash` is entirely gone: no containers, no control
-/// socket, no certificates, no coordinator holding its lock, and nothing
-/// `leftovers` reports (its mounts).
-pub fn wait_domain_gone(hash: &str, leftovers: impl Fn() -> Vec<String>) {
-    let socket = rundir().join(format!("lazaret_coord_{hash}.sock"));
-    let certs = rundir().join(format!("certs_{hash}"));
-    let owner = rundir().join(format!("lazaret_coord_{hash}.owner"));
+/// Polls until the domain of `anchor` is entirely gone: no containers, no
+/// control socket, no certificates, no coordinator holding its lock, and
+/// nothing `leftovers` reports (its mounts). The file names are the
+/// product's own ([`DomainAnchor`]), so a rename cannot make this vacuous.
+pub fn wait_domain_gone(anchor: &DomainAnchor, leftovers: impl Fn() -> Vec<String>) {
+    let rt = runtime_dir();
+    let hash = anchor.hash();
+    let socket = anchor.control_socket(&rt);
+    let certs = anchor.certs_dir(&rt);
+    let owner = anchor.owner_lock(&rt);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let gone = containers_of(hash).is_empty()
@@ -137,24 +149,32 @@ workspace_mode = "direct"
                 r = root.display()
             ),
         );
-        let hash = lazaret::domain::DomainAnchor::new(profile, &root.join("ws"))
-            .unwrap()
-            .hash()
-            .to_string();
+        let anchor = DomainAnchor::new(profile, &root.join("ws")).unwrap();
         Domain {
             s,
             profile,
-            hash,
+            hash: anchor.hash().to_string(),
+            anchor,
             others: Mutex::new(Vec::new()),
         }
     }
 
     pub fn sandbox(&self) -> String {
-        format!("lazaret-coord-{}", self.hash)
+        self.anchor.sandbox_name()
     }
 
     pub fn sidecar(&self) -> String {
-        format!("lazaret-sidecar-{}", self.hash)
+        self.anchor.sidecar_name()
+    }
+
+    /// The Session Coordinator's control socket.
+    pub fn control_socket(&self) -> PathBuf {
+        self.anchor.control_socket(&runtime_dir())
+    }
+
+    /// The Trust Anchor's certificate folder.
+    pub fn certs_dir(&self) -> PathBuf {
+        self.anchor.certs_dir(&runtime_dir())
     }
 
     pub fn domain_root(&self) -> PathBuf {
@@ -263,7 +283,7 @@ workspace_mode = "direct"
 
     /// Polls until this domain is entirely gone, its mounts included.
     pub fn wait_until_gone(&self) {
-        wait_domain_gone(&self.hash, || self.mounts());
+        wait_domain_gone(&self.anchor, || self.mounts());
     }
 
     /// Appends `toml` (e.g. another profile) to this domain's configuration.
@@ -295,19 +315,16 @@ workspace_mode = "direct"
         )
     }
 
-    /// The hash of `profile`'s domain on this workspace, which the test is
+    /// The Domain Anchor of `profile` on this workspace, which the test is
     /// about to start: it is torn down with this one when dropped.
-    pub fn other(&self, profile: &'static str) -> String {
+    pub fn other(&self, profile: &'static str) -> DomainAnchor {
         self.others.lock().unwrap().push(profile);
-        self.hash_of(profile)
+        self.anchor_of(profile)
     }
 
-    /// The Domain Anchor hash of `profile` on this workspace.
-    fn hash_of(&self, profile: &str) -> String {
-        lazaret::domain::DomainAnchor::new(profile, &self.ws())
-            .unwrap()
-            .hash()
-            .to_string()
+    /// The Domain Anchor of `profile` on this workspace.
+    fn anchor_of(&self, profile: &str) -> DomainAnchor {
+        DomainAnchor::new(profile, &self.ws()).unwrap()
     }
 
     /// `lazaret audit --json` of this domain.
@@ -356,11 +373,8 @@ impl Drop for Domain {
         let others = std::mem::take(&mut *self.others.lock().unwrap());
         for profile in others {
             let _ = self.cmd_raw(STANDARD_PATH, &["down", profile]).output();
-            let hash = self.hash_of(profile);
-            for name in [
-                format!("lazaret-coord-{hash}"),
-                format!("lazaret-sidecar-{hash}"),
-            ] {
+            let anchor = self.anchor_of(profile);
+            for name in [anchor.sandbox_name(), anchor.sidecar_name()] {
                 let _ = podman(&["rm", "-f", "-t", "0", "--ignore", &name]);
             }
         }
