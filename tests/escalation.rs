@@ -20,6 +20,7 @@ use lazaret::coordinator::protocol::{
     ClientMsg, CoordMsg, PROTOCOL_VERSION, read_frame, write_frame,
 };
 use lazaret_escalate::protocol::{self, Request, Response, Status};
+use lazaret_escalate::rustls::pki_types::{CertificateDer, UnixTime};
 use lazaret_escalate::signing::{self, SessionKey};
 use lazaret_escalate::trust::{self, SandboxIdentity, TrustAnchor};
 
@@ -283,7 +284,7 @@ impl HostClient {
             .enable_all()
             .build()
             .unwrap();
-        let control_path = common::sandbox::rundir().join(format!("lazaret_coord_{}.sock", d.hash));
+        let control_path = d.control_socket();
         let key = SessionKey::generate().unwrap();
         let session_id = uuid::Uuid::new_v4().to_string();
         let control = rt.block_on(async {
@@ -318,7 +319,7 @@ impl HostClient {
                 .join("sockets")
                 .join(&d.hash)
                 .join("escalate.sock"),
-            certs: common::sandbox::rundir().join(format!("certs_{}", d.hash)),
+            certs: d.certs_dir(),
             identity: SandboxIdentity::new(d.profile, &d.hash).unwrap(),
             session_id,
             key,
@@ -394,6 +395,70 @@ impl HostClient {
 
     fn send(&self, req: &Request) -> Option<Response> {
         self.send_raw(self.config(), &serde_json::to_vec(req).unwrap(), None)
+    }
+
+    /// Sends `req` with `config`; the response and the certificate the
+    /// socket presented for it.
+    fn send_seeing_server(
+        &self,
+        config: Arc<lazaret_escalate::rustls::ClientConfig>,
+        req: &Request,
+    ) -> Option<(Response, CertificateDer<'static>)> {
+        self.rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            let body = serde_json::to_vec(req).unwrap();
+            let stream = tokio::net::UnixStream::connect(&self.socket).await.ok()?;
+            let connector = lazaret_escalate::tokio_rustls::TlsConnector::from(config);
+            let mut tls = connector.connect(trust::server_name(), stream).await.ok()?;
+            let server = tls.get_ref().1.peer_certificates()?.first()?.clone();
+            tls.write_all(&(body.len() as u32).to_be_bytes())
+                .await
+                .ok()?;
+            tls.write_all(&body).await.ok()?;
+            tls.flush().await.ok()?;
+            let response = tokio::time::timeout(
+                Duration::from_secs(15),
+                protocol::read_response_async(&mut tls),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            Some((response, server))
+        })
+    }
+}
+
+/// The last second `cert` (issued by `ca`) is valid in, as rustls's own
+/// verifier reads its notAfter (the server's side of the Escalation Socket
+/// uses the same): checked at a time long after any certificate here
+/// ends, the refusal names it. A certificate is refused from the next
+/// second on.
+fn not_after(cert: &CertificateDer<'_>, ca: &CertificateDer<'_>, server: bool) -> u64 {
+    use lazaret_escalate::rustls::client::danger::ServerCertVerifier;
+    use lazaret_escalate::rustls::{self, CertificateError, RootCertStore};
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.clone().into_owned()).unwrap();
+    let roots = Arc::new(roots);
+    let later = UnixTime::since_unix_epoch(Duration::from_secs(u64::from(u32::MAX)));
+    let refused = if server {
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots, trust::crypto_provider())
+            .build()
+            .unwrap()
+            .verify_server_cert(cert, &[], &trust::server_name(), &[], later)
+            .err()
+    } else {
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots, trust::crypto_provider())
+            .build()
+            .unwrap()
+            .verify_client_cert(cert, &[], later)
+            .err()
+    };
+    match refused {
+        Some(rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
+            not_after,
+            ..
+        })) => not_after.as_secs(),
+        other => panic!("expected the certificate to have expired by then: {other:?}"),
     }
 }
 
@@ -627,6 +692,66 @@ fn next_prompt(c: &mut HostClient) -> lazaret::coordinator::escalation::Prompt {
     })
 }
 
+/// Sends an approval of `request_id` on `c`'s control connection, then a
+/// `Status`, and waits for the Status reply. The coordinator reads a
+/// connection's frames one at a time and answers each before it reads the
+/// next (`serve_session`), so the reply means the decision was handled:
+/// taken for its request, or logged as ignored.
+fn approve_then_status(c: &mut HostClient, request_id: &str) {
+    c.rt.block_on(async {
+        for msg in [
+            ClientMsg::Decision {
+                request_id: request_id.to_string(),
+                verdict: lazaret::coordinator::escalation::Verdict::Approve,
+            },
+            ClientMsg::Status,
+        ] {
+            write_frame(&mut c._control, &msg).await.unwrap();
+        }
+    });
+    next_message(c, "the status reply", |m| match m {
+        CoordMsg::Status { .. } => Some(()),
+        _ => None,
+    });
+}
+
+/// The coordinator's log, the rotated file first.
+fn coordinator_log(d: &Domain) -> String {
+    let log = d.domain_root().join("coordinator.log");
+    let mut text =
+        std::fs::read_to_string(lazaret::coordinator::log::rotated(&log)).unwrap_or_default();
+    text.push_str(&std::fs::read_to_string(&log).unwrap_or_default());
+    text
+}
+
+/// Asserts that a handled decision for `request_id` reached no request:
+/// the coordinator logs that line instead of passing the verdict on.
+fn assert_decision_ignored(d: &Domain, request_id: &str) {
+    let log = coordinator_log(d);
+    assert!(
+        log.contains(&format!(
+            "a decision for request {request_id}, which is not pending for it, ignored"
+        )),
+        "the decision for {request_id} was not ignored; coordinator log:\n{log}"
+    );
+}
+
+/// The domain's decisions once there are at least `n` (a decision's record
+/// may be written just after the requester or the human heard of it).
+fn decisions_at_least(d: &Domain, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found: Vec<String> = decisions(&audit_kinds(d))
+            .into_iter()
+            .map(String::from)
+            .collect();
+        if found.len() >= n || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Prompts belong to their session (decisions.md D10): a decision from
 /// another session's connection is ignored; a session that leaves gets its
 /// prompts denied (the requester hears it, the audit has it); a requester
@@ -643,21 +768,14 @@ fn prompts_belong_to_the_session_they_were_sent_to() {
     let requester = send_in_thread(&asked, &req, None);
     let prompt = next_prompt(&mut asked);
     assert_eq!(prompt.request_id, req.request_id);
-    // Another session's connection answers it: ignored.
-    other.rt.block_on(async {
-        write_frame(
-            &mut other._control,
-            &ClientMsg::Decision {
-                request_id: req.request_id.clone(),
-                verdict: lazaret::coordinator::escalation::Verdict::Approve,
-            },
-        )
-        .await
-        .unwrap();
-    });
-    std::thread::sleep(Duration::from_secs(1));
+    // Another session's connection answers it: ignored. Once the reply to
+    // the Status sent after it is back, the decision was handled, and the
+    // log says it went to no request.
+    approve_then_status(&mut other, &req.request_id);
+    assert_decision_ignored(&d, &req.request_id);
     assert!(!requester.is_finished() && !dir.join("one").exists());
-    // The session it was sent to leaves: the requester is denied.
+    // The session it was sent to leaves: the requester is denied (which it
+    // could not be had the other session's approval been taken).
     drop(asked);
     let r = requester.join().unwrap().expect("an answer");
     assert_eq!(r.status, Status::Denied, "{r:?}");
@@ -667,6 +785,7 @@ fn prompts_belong_to_the_session_they_were_sent_to() {
             .is_some_and(|w| w.contains("session left")),
         "{r:?}"
     );
+    assert!(!dir.join("one").exists(), "a denied request ran");
 
     // The requester hangs up while its prompt is up: withdrawn.
     let req = other.request(&format!("mkdir {}", dir.join("two").display()));
@@ -679,23 +798,14 @@ fn prompts_belong_to_the_session_they_were_sent_to() {
         _ => None,
     });
     assert_eq!(withdrawn, req.request_id);
-    other.rt.block_on(async {
-        write_frame(
-            &mut other._control,
-            &ClientMsg::Decision {
-                request_id: req.request_id.clone(),
-                verdict: lazaret::coordinator::escalation::Verdict::Approve,
-            },
-        )
-        .await
-        .unwrap();
-    });
-    std::thread::sleep(Duration::from_secs(1));
+    // Approving it now is handled (the Status reply) and goes to no request.
+    approve_then_status(&mut other, &req.request_id);
+    assert_decision_ignored(&d, &req.request_id);
     assert!(
         std::fs::read_dir(&dir).unwrap().next().is_none(),
         "a canary was created"
     );
-    assert_eq!(decisions(&audit_kinds(&d)), vec!["denied", "withdrawn"]);
+    assert_eq!(decisions_at_least(&d, 2), vec!["denied", "withdrawn"]);
     drop(other);
     stop(h);
 }
@@ -952,11 +1062,20 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
     };
     assert_eq!(refused, 3);
     t.send(&["a"]);
+    // Each waiting extra in turn, told apart by its justification: the
+    // next modal is one not answered yet (never the one just denied,
+    // still on screen until the workbench draws again).
+    let extra = |s: &str, answered: &[String]| {
+        (1..=6)
+            .map(|i| format!("extra{i}"))
+            .find(|j| modal_with(s, j) && !answered.contains(j))
+    };
+    let mut answered: Vec<String> = Vec::new();
     for _ in 0..3 {
-        t.wait_for(20, "the next modal", |s| modal_with(s, "extra"));
+        let s = t.wait_for(20, "the next modal", |s| extra(s, &answered).is_some());
+        answered.extend(extra(&s, &answered));
         t.send(&["d"]);
         t.send(&["Enter"]);
-        std::thread::sleep(Duration::from_millis(300));
     }
     t.wait_for(30, "every request answered", |s| s.contains("ALL-DONE"));
     let (_, first, _) = d.sh("cat /tmp/first");
@@ -1059,7 +1178,7 @@ fn credentials_are_renewed_while_the_session_lives_and_never_in_the_environment(
     assert!(!o.contains("LEAK"), "{o}");
     assert!(o.contains("FILES=1"), "{o}");
     // The exec ended: its credential is gone from the sandbox's view.
-    let certs = common::sandbox::rundir().join(format!("certs_{}", d.hash));
+    let certs = d.certs_dir();
     let left = std::fs::read_dir(&certs)
         .map(|r| {
             r.filter_map(Result::ok)
@@ -1099,14 +1218,29 @@ fn holder_env(d: &Domain, env: &[(&str, &str)]) -> Child {
 
 /// A long day (issue 14): the sandbox's certificate and the socket's are
 /// renewed at half their lifetime while sessions are attached. With a
-/// 4-second lifetime, a request 9 seconds in succeeds from the host and
-/// from inside the sandbox, while the certificate it started with is
-/// refused by then (it expired).
+/// 4-second lifetime, once the certificates of a first request have
+/// expired, a request succeeds from the host and from inside the sandbox,
+/// while the client certificate the first one used is refused.
 fn certificates_are_renewed_before_they_expire(profile: &'static str) {
+    use lazaret_escalate::rustls::pki_types::pem::PemObject;
     let d = Domain::new(profile);
     let h = holder_env(&d, &[("LAZARET_CERT_LIFETIME_SECS", "4")]);
     let c = HostClient::new(&d);
-    let original = c.config();
+    // The sandbox's material as it is now, copied: the certificate the
+    // client presents is the one read here (a renewal replaces the files).
+    let copy = tempfile::tempdir().unwrap();
+    for f in [
+        trust::CA_CERT_FILE,
+        trust::CLIENT_CERT_FILE,
+        trust::CLIENT_KEY_FILE,
+    ] {
+        std::fs::copy(c.certs.join(f), copy.path().join(f)).unwrap();
+    }
+    let original = trust::load_client_config(copy.path()).unwrap();
+    let pem = |f: &str| {
+        CertificateDer::from_pem_file(copy.path().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"))
+    };
+    let (ca, client_cert) = (pem(trust::CA_CERT_FILE), pem(trust::CLIENT_CERT_FILE));
     let user = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
         |u| u.name.clone(),
@@ -1119,11 +1253,24 @@ fn certificates_are_renewed_before_they_expire(profile: &'static str) {
         );
         assert_eq!(r.stdout.trim(), user);
     };
-    ran_as_user(c.send(&c.request("id -un")).expect("an answer"));
-    // Wall-clock time is what is tested (the original certificate must
-    // expire, renewals come every 2 s); polling with requests instead would
-    // spend the session's rate budget.
-    std::thread::sleep(Duration::from_secs(9));
+    let (first, server_cert) = c
+        .send_seeing_server(original.clone(), &c.request("id -un"))
+        .expect("an answer");
+    ran_as_user(first);
+    // Until both certificates of that request have expired: the client's
+    // must be refused from then on, and the server must have moved on from
+    // its own (renewals come every 2 s). Wall-clock time against the
+    // certificates' own notAfter, not requests, which would spend the
+    // session's rate budget.
+    let expired_after = not_after(&client_cert, &ca, false).max(not_after(&server_cert, &ca, true));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while signing::unix_now() <= expired_after {
+        assert!(
+            Instant::now() < deadline,
+            "the certificates (valid until {expired_after}) never expired"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let stale = c.send_raw(
         original,
         &serde_json::to_vec(&c.request("id -un")).unwrap(),
@@ -1138,12 +1285,24 @@ fn certificates_are_renewed_before_they_expire(profile: &'static str) {
     let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(out.trim(), user);
-    let records = audit_kinds(&d);
-    let renewals = records
-        .iter()
-        .filter(|r| r["kind"] == "certificates-renewed")
-        .count();
-    assert!(renewals >= 3, "{renewals} renewals in 9+ seconds");
+    // Renewals go on: three of them in the audit (each attempt leaves a
+    // record, a failed one too, in order).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let records = loop {
+        let records = audit_kinds(&d);
+        let renewals = records
+            .iter()
+            .filter(|r| r["kind"] == "certificates-renewed")
+            .count();
+        if renewals >= 3 {
+            break records;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{renewals} renewals in 30 s after the certificates expired"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
     assert!(
         !records
             .iter()

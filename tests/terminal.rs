@@ -7,7 +7,6 @@ mod common;
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use common::sandbox::Domain;
 use common::{ESCALATE as ESC, STANDARD_PATH, Tmux, shell_quote, text};
@@ -174,27 +173,45 @@ fn plain_prompt_cannot_be_forged(profile: &'static str) {
 
     // The terminal itself answers queries written to it now (tmux replies
     // to DA, OSC 10/11 and XTVERSION); replies and pastes holding the code,
-    // and `a`, approve nothing.
+    // and `a` and Enter, approve nothing. Each step waits for what the
+    // prompt shows for it: a counted first letter (see
+    // [`first_letter_counted`]), the count starting over, a burst ignored.
     let tty = t.format("#{pane_tty}");
     let mut pane = std::fs::OpenOptions::new().write(true).open(&tty).unwrap();
     pane.write_all(b"\x1b[c\x1b[>c\x1b]10;?\x07\x1b]11;?\x07\x1b[>0q\x05")
         .unwrap();
-    t.send(&["-l", &format!("\x1b]11;rgb:0000/0000/0000\x07{code}")]);
-    t.send(&["-l", &code]);
+    first_letter_counted(&t, &code);
     t.send(&["a"]);
-    t.send(&["Enter"]);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        let s = t.screen();
-        assert!(!s.contains("approved") && !s.contains("tick"), "{s}");
-        std::thread::sleep(Duration::from_millis(100));
+    t.wait_for(20, "`a` to start the count over", |s| {
+        code_typed(s).as_deref() == Some("")
+    });
+    for paste in [
+        format!("\x1b]11;rgb:0000/0000/0000\x07{code}"),
+        code.clone(),
+    ] {
+        let before = bursts(&t.screen());
+        t.send(&["-l", &paste]);
+        t.wait_for(20, "the paste to be ignored", |s| bursts(s) > before);
     }
+    first_letter_counted(&t, &code);
+    t.send(&["Enter"]);
+    // The prompt has read every byte sent so far, the last of them the
+    // Enter that started the count over: it is still asking, the agent's
+    // output still held.
+    let s = t.wait_for(20, "Enter to start the count over", |s| {
+        code_typed(s).as_deref() == Some("")
+    });
+    assert!(!s.contains("approved") && !s.contains("tick"), "{s}");
     assert!(!canary.exists(), "approved without the human's keys");
 
-    // The human types the code, key by key.
-    for c in code.chars() {
-        t.send(&["-l", &c.to_string()]);
-        std::thread::sleep(Duration::from_millis(150));
+    // The human types the code, key by key: each once the prompt showed
+    // the one before counted.
+    for i in 0..code.len() {
+        t.send(&["-l", &code[i..=i]]);
+        let typed = &code[..=i];
+        t.wait_for(20, &format!("`{typed}` counted"), |s| {
+            code_typed(s).as_deref() == Some(typed) || (typed == code && s.contains("approved"))
+        });
     }
     // Then what the agent wrote meanwhile shows, and the command ran.
     let s = t.wait_for(60, "the exec's end", |s| s.contains("INPUT-END"));
@@ -215,6 +232,45 @@ fn plain_prompt_cannot_be_forged(profile: &'static str) {
     d.wait_until_gone();
 }
 
+/// What the plain prompt's code line shows typed so far, while it asks.
+fn code_typed(screen: &str) -> Option<String> {
+    screen
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("  code:"))
+        .map(|typed| typed.trim().to_string())
+}
+
+/// How many reads the plain prompt has ignored as bursts (several keys,
+/// a paste or a terminal reply at once).
+fn bursts(screen: &str) -> usize {
+    screen.matches("(ignored: several keys at once").count()
+}
+
+/// Types `code`'s first letter into the plain prompt until the prompt
+/// shows it counted, and gives that screen. The prompt reads the
+/// terminal's input in order and counts a letter only when a read holds
+/// it alone, so everything sent to the terminal before was read by then;
+/// and it still asks (one that approved would count nothing more). A
+/// letter read together with input still pending (here: the terminal's
+/// replies, which alone show nothing) is part of a burst, which the
+/// prompt says it ignored, and which took everything before it: the
+/// letter is typed again.
+fn first_letter_counted(t: &Tmux, code: &str) -> String {
+    let first = &code[..1];
+    for _ in 0..5 {
+        let before = bursts(&t.screen());
+        t.send(&["-l", first]);
+        let s = t.wait_for(20, "the first letter counted, or ignored", |s| {
+            code_typed(s).as_deref() == Some(first) || bursts(s) > before
+        });
+        if code_typed(&s).as_deref() == Some(first) {
+            return s;
+        }
+    }
+    panic!("the prompt never counted `{first}`:\n{}", t.screen());
+}
+
 #[test]
 fn plain_prompt_cannot_be_forged_gvisor() {
     plain_prompt_cannot_be_forged("gv");
@@ -232,9 +288,12 @@ fn plain_prompt_cannot_be_forged_runc() {
 fn plain_prompt_is_withdrawn_with_its_requester(profile: &'static str) {
     let d = Domain::new(profile);
     let canary = d.s.path().join("withdrawn-canary");
+    // The exec lasts until the test has typed (/tmp/typed), so the keys go
+    // to the terminal while Lazaret still runs.
     let script = format!(
         "{ESC} --justify step-withdraw -- mkdir {c} & echo $! > /tmp/req.pid; \
-         wait; echo REQ-ENDED; sleep 4; echo EXEC-DONE",
+         wait; echo REQ-ENDED; i=0; while [ ! -e /tmp/typed ] && [ $i -lt 600 ]; do \
+         i=$((i+1)); sleep 0.1; done; echo EXEC-DONE",
         c = canary.display()
     );
     let (t, s, code) = exec_until_prompt(&d, 150, &script);
@@ -249,11 +308,24 @@ fn plain_prompt_is_withdrawn_with_its_requester(profile: &'static str) {
         s.contains(&format!("request {request} withdrawn:")) && s.contains("nothing runs")
     });
     assert!(s.contains("the requester went away"), "{s}");
+    // The exec's output shows again only after the prompt ended, which
+    // gave the terminal back its mode from before (echo on).
+    t.wait_for(20, "the exec's output after the prompt", |s| {
+        s.contains("REQ-ENDED")
+    });
     // The human, late, types the code key by key: it answers nothing.
-    for c in code.chars() {
-        t.send(&["-l", &c.to_string()]);
-        std::thread::sleep(Duration::from_millis(150));
+    // Each key is echoed by the terminal when it arrives (the line after
+    // REQ-ENDED): it reached the terminal, and no prompt reads it in raw
+    // mode any more.
+    for i in 0..code.len() {
+        t.send(&["-l", &code[i..=i]]);
+        let typed = &code[..=i];
+        t.wait_for(20, &format!("the echo of `{typed}`"), |s| {
+            s.lines().any(|l| l.trim_end() == typed)
+        });
     }
+    let (rc, _, err) = d.sh("touch /tmp/typed");
+    assert_eq!(rc, 0, "{err}");
     let s = t.wait_for(60, "the exec's end", |s| s.contains("INPUT-END"));
     assert!(s.contains("REQ-ENDED") && s.contains("EXEC-DONE"), "{s}");
     assert!(s.contains("EXIT=0"), "{s}");
@@ -348,7 +420,10 @@ fn signals_restore_the_terminal() {
 #[test]
 fn a_long_request_is_approved_only_after_its_end_was_shown() {
     let d = Domain::new("rc");
-    let t = d.tmux(80, 18, "shell rc", None);
+    // Wide enough for the status line to show a refusal's note beside the
+    // domain (the modal is at most 100 columns: its command still runs
+    // past its end).
+    let t = d.tmux(200, 18, "shell rc", None);
     t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
     let dir = d.s.path().join("long-canary");
     t.line(&format!(
@@ -358,11 +433,18 @@ fn a_long_request_is_approved_only_after_its_end_was_shown() {
     t.wait_for(20, "the modal", |s| {
         common::modal_with(s, "long-one") && s.contains("to the end before A/E")
     });
+    // Each of A and E is refused with a note on the status line (no
+    // decision is sent). Any other key takes the note away, so the second
+    // refusal is seen on its own.
+    const REFUSED: &str = "longer than the modal";
     t.send(&["a"]);
+    t.wait_for(20, "A refused", |s| s.contains(REFUSED));
+    t.send(&["x"]);
+    t.wait_for(20, "the note gone", |s| !s.contains(REFUSED));
     t.send(&["e"]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let s = t.screen();
+    let s = t.wait_for(20, "E refused", |s| s.contains(REFUSED));
     assert!(s.contains("to the end before A/E"), "{s}");
+    assert!(!s.contains("Edit command"), "{s}");
     assert!(!dir.exists(), "approved before the end was shown");
     for _ in 0..20 {
         t.send(&["PageDown"]);

@@ -318,6 +318,19 @@ fn decisions(d: &Domain) -> Vec<String> {
         .collect()
 }
 
+/// [`decisions`] once there are at least `n` (a decision's record may be
+/// written just after the requester or the human heard of it).
+fn decisions_at_least(d: &Domain, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let found = decisions(d);
+        if found.len() >= n || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Prompts end with what they belong to (decisions.md D10), seen by the
 /// human in a real terminal: closing a tab whose request is up denies it
 /// (the requester hears the denial, the audit has it); a requester killed
@@ -380,11 +393,20 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
         s.contains("withdrawn") && !s.contains("Host escalation request")
     });
     assert!(s.contains("withdrawn (the r"), "{s}");
+    // The `a` pressed now, then the rest of a shell line that shows where
+    // it went: with no modal left it is the start of `a=1` in the shell
+    // (A-[1]); a modal that took it as an approval leaves the line
+    // without it (A-[]). The workbench routes a key to a modal or to the
+    // shell, never both, so the shell's answer settles what the `a` did.
     t.send(&["a"]);
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    t.line("=1; printf 'A-[%s]\\n' \"$a\"");
+    let s = t.wait_for(20, "the line after the `a`", |s| {
+        s.contains("A-[1]") || s.contains("A-[]")
+    });
+    assert!(s.contains("A-[1]"), "the `a` was taken as an answer:\n{s}");
     assert!(!canary.exists(), "a withdrawn request ran");
 
-    let decisions = decisions(&d);
+    let decisions = decisions_at_least(&d, 2);
     assert_eq!(decisions, vec!["denied", "withdrawn"]);
     t.send(&["C-a", "q"]);
     t.wait_exit(30, "lazaret ui");
@@ -481,11 +503,19 @@ fn identical_requests_are_one_modal_with_a_count() {
     t.send(&["-l", "not three"]);
     t.send(&["Enter"]);
     t.wait_for(30, "every requester answered", |s| s.contains("F-DONE"));
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // A line typed now reaches the shell only if no modal is up or queued
+    // (the workbench gives keys to a modal first; the keys are none a
+    // modal acts on: no a, d, e or q), and the copies' prompts all came
+    // before the one modal counted three.
+    t.line("printf 'F-%s\\n' FOLLOW-UP");
+    let s = t.wait_for(20, "the shell to take a line", |s| {
+        s.contains("F-FOLLOW-UP")
+    });
     assert!(
-        !t.screen().contains("Host escalation request"),
-        "a copy opened its own modal"
+        !s.contains("Host escalation request"),
+        "a copy opened its own modal:\n{s}"
     );
+    // Each requester's denial is audited before it hears it (F-DONE).
     assert!(!canary.exists(), "a denied copy ran");
     assert_eq!(decisions(&d), vec!["denied", "denied", "denied"]);
 }
