@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
@@ -24,8 +24,22 @@ use nix::sys::socket::{
 use crate::daemon::{Shared, UPSTREAM_MARK, lock};
 use crate::error::{Context, Result};
 
-/// Queries answered at once; more wait in the socket's buffer.
+/// UDP queries answered at once (a thread each); more are dropped, as a
+/// busy resolver drops them, and the client asks again.
 const IN_FLIGHT: usize = 64;
+/// TCP connections served at once (a thread each). The agent chooses how
+/// many it opens, and these threads are the user's, outside the sandbox's
+/// limits: one over the cap is closed at once.
+pub const TCP_CONNECTIONS: usize = 32;
+/// How long a TCP connection may wait for its next byte.
+const TCP_IDLE: Duration = Duration::from_secs(3);
+/// How long a TCP connection may live, whatever it sends (a query being
+/// answered when it ends is answered first).
+const TCP_LIFETIME: Duration = Duration::from_secs(10);
+/// Queries answered on one TCP connection; then it is closed.
+const TCP_QUERIES: usize = 16;
+/// At most one line a this often about refused connections or queries.
+const REFUSAL_REPORT: Duration = Duration::from_secs(10);
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest CNAME chain followed.
 const MAX_CHAIN: usize = 16;
@@ -33,52 +47,163 @@ const MAX_CHAIN: usize = 16;
 pub fn start(addr: SocketAddr, shared: Shared) -> Result<()> {
     let udp = UdpSocket::bind(addr).with_context(|| format!("cannot serve DNS on udp {addr}"))?;
     let tcp = TcpListener::bind(addr).with_context(|| format!("cannot serve DNS on tcp {addr}"))?;
-    let busy = Arc::new(AtomicUsize::new(0));
     {
         let shared = shared.clone();
-        std::thread::spawn(move || udp_loop(&udp, &shared, &busy));
+        spawn("dns-udp", move || udp_loop(&udp, &shared))
+            .context("cannot start the UDP resolver")?;
     }
-    std::thread::spawn(move || {
-        for stream in tcp.incoming().flatten() {
-            let shared = shared.clone();
-            std::thread::spawn(move || tcp_client(stream, &shared));
-        }
-    });
+    spawn("dns-tcp", move || tcp_loop(&tcp, &shared)).context("cannot start the TCP resolver")?;
     Ok(())
 }
 
-fn udp_loop(udp: &UdpSocket, shared: &Shared, busy: &Arc<AtomicUsize>) {
+/// A named thread; failing to start one is an error, not a panic (the
+/// user's process limit may be reached by the user's other processes).
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+}
+
+/// Counts what was refused and says so at most once per
+/// [`REFUSAL_REPORT`] (the agent chooses how often).
+struct Refusals {
+    what: String,
+    count: u64,
+    since_report: u64,
+    reported: Option<Instant>,
+}
+
+impl Refusals {
+    fn new(what: String) -> Refusals {
+        Refusals {
+            what,
+            count: 0,
+            since_report: 0,
+            reported: None,
+        }
+    }
+
+    fn one(&mut self) {
+        self.count += 1;
+        self.since_report += 1;
+        if self.reported.is_none_or(|t| t.elapsed() >= REFUSAL_REPORT) {
+            eprintln!(
+                "lazaret-sidecar: {} {} refused since the last report ({} in all)",
+                self.since_report, self.what, self.count
+            );
+            self.since_report = 0;
+            self.reported = Some(Instant::now());
+        }
+    }
+}
+
+/// A slot of a bounded count, given back on drop.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn udp_loop(udp: &UdpSocket, shared: &Shared) {
+    let busy = Arc::new(AtomicUsize::new(0));
+    let mut refused = Refusals::new(format!("UDP queries (over {IN_FLIGHT} in flight)"));
     let mut buf = [0u8; 4096];
     loop {
         let Ok((len, peer)) = udp.recv_from(&mut buf) else {
             continue;
         };
-        if busy.load(Ordering::Relaxed) >= IN_FLIGHT {
-            continue;
-        }
-        let packet = buf[..len].to_vec();
-        let (Ok(udp), shared, busy) = (udp.try_clone(), shared.clone(), busy.clone()) else {
+        let Some(slot) = Slot::take(&busy, IN_FLIGHT) else {
+            refused.one();
             continue;
         };
-        busy.fetch_add(1, Ordering::Relaxed);
-        std::thread::spawn(move || {
+        let packet = buf[..len].to_vec();
+        let (Ok(udp), shared) = (udp.try_clone(), shared.clone()) else {
+            continue;
+        };
+        let started = spawn("dns-query", move || {
+            let _slot = slot;
             if let Some(answer) = handle(&packet, &shared, true) {
                 let _ = udp.send_to(&answer, peer);
             }
-            busy.fetch_sub(1, Ordering::Relaxed);
         });
+        if started.is_err() {
+            refused.one();
+        }
     }
 }
 
-fn tcp_client(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+fn tcp_loop(tcp: &TcpListener, shared: &Shared) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut refused = Refusals::new(format!("TCP connections (over {TCP_CONNECTIONS} open)"));
     loop {
+        let stream = match tcp.accept() {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // Out of descriptors, say: the pending connection stays in
+                // the queue, so wait instead of spinning on it.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        // Over the cap the connection is closed at once: the agent holds no
+        // thread of the host's for it.
+        let Some(slot) = Slot::take(&open, TCP_CONNECTIONS) else {
+            drop(stream);
+            refused.one();
+            continue;
+        };
+        let shared = shared.clone();
+        let started = spawn("dns-tcp-conn", move || {
+            let _slot = slot;
+            tcp_client(stream, &shared);
+        });
+        if started.is_err() {
+            refused.one();
+        }
+    }
+}
+
+/// Serves one TCP connection: at most [`TCP_QUERIES`] queries, each byte
+/// within [`TCP_IDLE`] of the last, all within [`TCP_LIFETIME`].
+fn tcp_client(mut stream: TcpStream, shared: &Shared) {
+    let end = Instant::now() + TCP_LIFETIME;
+    // Each read waits at most until the connection's end.
+    let read = |stream: &mut TcpStream, buf: &mut [u8]| -> bool {
+        let mut got = 0;
+        while got < buf.len() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() || stream.set_read_timeout(Some(left.min(TCP_IDLE))).is_err() {
+                return false;
+            }
+            match stream.read(&mut buf[got..]) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got += n,
+            }
+        }
+        true
+    };
+    let _ = stream.set_write_timeout(Some(TCP_IDLE));
+    for _ in 0..TCP_QUERIES {
         let mut len = [0u8; 2];
-        if stream.read_exact(&mut len).is_err() {
+        if !read(&mut stream, &mut len) {
             return;
         }
         let mut packet = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        if stream.read_exact(&mut packet).is_err() {
+        if !read(&mut stream, &mut packet) {
             return;
         }
         let Some(answer) = handle(&packet, shared, false) else {
