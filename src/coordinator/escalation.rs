@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixListener;
 
+use super::bounds::{self, Gate};
 use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
 use super::store::{Batch, Store};
 
@@ -46,8 +47,10 @@ pub fn cert_lifetime() -> Duration {
         .filter(|&s| s >= 2)
         .map_or(CERT_LIFETIME, |s| Duration::from_secs(s).min(CERT_LIFETIME))
 }
-/// From accept to a decoded request.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// From accept to a decoded request, the TLS handshake included.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// The Escalation Socket's name in reports of refused connections.
+pub const ESCALATION_LISTENER: &str = "Escalation Socket";
 /// The PATH approved commands run with (decisions.md D5): the classifier's
 /// [`classify::TRUSTED_PATH`], the one list both resolve programs on.
 pub fn trusted_path() -> String {
@@ -357,26 +360,72 @@ impl EscalationServer {
         })
     }
 
-    /// Binds the socket and serves until the returned task is aborted.
+    /// Binds the socket and serves until the returned task is aborted, at
+    /// most [`bounds::ESCALATION_CONNECTIONS`] connections at once.
     pub fn serve(
         self: Arc<Self>,
         sessions: Arc<dyn SessionDirectory>,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let gate = Gate::new(ESCALATION_LISTENER, bounds::ESCALATION_CONNECTIONS);
+        self.serve_bounded(sessions, gate)
+    }
+
+    /// [`EscalationServer::serve`] with the bound `gate`: a connection over
+    /// it is closed at once, before any byte of TLS, and counted (reported
+    /// in the audit log and to every attached human at most once per
+    /// [`bounds::REPORT_INTERVAL`]). Every peer in the sandbox is one to
+    /// us (under runsc they are all the gofer), so the bound is the
+    /// domain's.
+    pub fn serve_bounded(
+        self: Arc<Self>,
+        sessions: Arc<dyn SessionDirectory>,
+        gate: Arc<Gate>,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
         let _ = std::fs::remove_file(&self.socket);
         let listener = UnixListener::bind(&self.socket)?;
         Ok(tokio::spawn(async move {
+            let report = |r: bounds::Refused| {
+                let _ = self.audit("connections-refused", r.record());
+                sessions.warn(&r.message());
+            };
             let accept = async {
                 loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
+                    let stream = match listener.accept().await {
+                        Ok((stream, _)) => stream,
+                        Err(_) => {
+                            tokio::time::sleep(bounds::ACCEPT_BACKOFF).await;
+                            continue;
+                        }
+                    };
+                    let permit = match gate.admit() {
+                        Ok(p) => p,
+                        Err(due) => {
+                            drop(stream);
+                            if let Some(r) = due {
+                                report(r);
+                            }
+                            continue;
+                        }
                     };
                     let me = self.clone();
                     let sessions = sessions.clone();
-                    tokio::spawn(async move { me.handle(stream, sessions).await });
+                    tokio::spawn(async move {
+                        me.handle(stream, sessions).await;
+                        drop(permit);
+                    });
+                }
+            };
+            let flush = async {
+                loop {
+                    tokio::time::sleep(bounds::REPORT_INTERVAL).await;
+                    if let Some(r) = gate.pending_report() {
+                        report(r);
+                    }
                 }
             };
             tokio::select! {
                 () = accept => {}
+                () = flush => {}
                 () = self.renew_forever(sessions.as_ref()) => {}
             }
         }))
@@ -481,9 +530,12 @@ impl EscalationServer {
     async fn handle(&self, stream: tokio::net::UnixStream, sessions: Arc<dyn SessionDirectory>) {
         // mTLS and identity first: on failure the connection is dropped
         // before a byte of payload is read.
+        // One deadline from accept to a decoded request, the TLS handshake
+        // included: a connection that says nothing holds its slot no longer.
+        let deadline = tokio::time::Instant::now() + REQUEST_DEADLINE;
         let acceptor = self.acceptor.lock().expect("lock").clone();
-        let mut tls = match tokio::time::timeout(
-            REQUEST_DEADLINE,
+        let mut tls = match tokio::time::timeout_at(
+            deadline,
             server::accept(&acceptor, stream, &self.identity),
         )
         .await
@@ -499,9 +551,7 @@ impl EscalationServer {
             Err(_) => return,
         };
         let req =
-            match tokio::time::timeout(REQUEST_DEADLINE, protocol::read_request_async(&mut tls))
-                .await
-            {
+            match tokio::time::timeout_at(deadline, protocol::read_request_async(&mut tls)).await {
                 Ok(Ok(req)) => req,
                 Ok(Err(e)) => {
                     let _ = self.audit(

@@ -1,6 +1,7 @@
 //! The Session Coordinator (spec §4.3.5, §4.4): one detached process per
 //! Domain Anchor owning the sandbox, the state store and the sockets.
 
+pub mod bounds;
 pub mod client;
 pub mod confine;
 pub mod escalation;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+use super::bounds::{self, Budget, Emergency, Gate};
 use super::confine;
 use super::escalation::{
     AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
@@ -56,6 +57,10 @@ struct Shared {
     shutdown: watch::Sender<bool>,
     /// Limits this host does not apply (filled at boot).
     limit_gaps: Mutex<Vec<String>>,
+    /// How many connections each listener may hold (bounds).
+    budget: Budget,
+    /// Descriptors freed when supervision is lost, to stop the sandbox.
+    emergency: Emergency,
 }
 
 /// A connected session that holds the domain up.
@@ -227,6 +232,29 @@ pub fn run(
         std::process::id(),
         resolved.domain.hash()
     ));
+    // Descriptors first: the agent's connections are bounded within the
+    // limit, leaving room for supervision.
+    let limit = match bounds::raise_descriptor_limit() {
+        Ok(d) => {
+            if d.soft != d.was {
+                log(&format!(
+                    "descriptor limit raised from {} to {}",
+                    d.was, d.soft
+                ));
+            }
+            d.soft
+        }
+        Err(e) => {
+            log(&e);
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map_or(1024, |(soft, _)| soft)
+        }
+    };
+    let budget = Budget::for_limit(limit);
+    log(&format!(
+        "at most {} escalation and {} control connections at once; {} of {limit} descriptors kept for supervision",
+        budget.escalation, budget.control, budget.reserve
+    ));
     // One coordinator per domain at a time: a predecessor may still be
     // tearing down (it holds this lock until it exits, and the store).
     let _owner = wait_for_owner_lock(owner_lock)?;
@@ -253,6 +281,7 @@ pub fn run(
         env_snapshot,
         control_socket,
         escalation,
+        budget,
     ))
 }
 
@@ -288,6 +317,7 @@ async fn serve(
     env: crate::host::FixedEnv,
     control_socket: PathBuf,
     escalation: Option<crate::config::EscalationConfig>,
+    budget: Budget,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let _ = std::fs::remove_file(&control_socket);
@@ -316,6 +346,8 @@ async fn serve(
         pending: Mutex::new(BTreeMap::new()),
         shutdown: shutdown_tx,
         limit_gaps: Mutex::new(Vec::new()),
+        budget,
+        emergency: Emergency::open(),
     });
     shared
         .audit(
@@ -413,13 +445,41 @@ async fn serve(
     tokio::pin!(orphan);
     let mut ever_attached = false;
     let mut next_conn = 0u64;
+    // Only the user's own processes can reach this socket (0600, outside
+    // the sandbox); it is bounded all the same, within the descriptors.
+    let gate = Gate::new("control socket", shared.budget.control);
+    let mut flush = tokio::time::interval(bounds::REPORT_INTERVAL);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    next_conn += 1;
-                    ever_attached = true;
-                    tokio::spawn(handle(shared.clone(), stream, next_conn));
+                match accepted {
+                    Ok((stream, _)) => match gate.admit() {
+                        Ok(permit) => {
+                            next_conn += 1;
+                            ever_attached = true;
+                            let shared = shared.clone();
+                            let conn = next_conn;
+                            tokio::spawn(async move {
+                                handle(shared, stream, conn).await;
+                                drop(permit);
+                            });
+                        }
+                        Err(due) => {
+                            drop(stream);
+                            if let Some(r) = due {
+                                log(&r.message());
+                                shared.audit("connections-refused", r.record()).await;
+                            }
+                        }
+                    },
+                    // Out of descriptors: the connection stays queued.
+                    Err(_) => tokio::time::sleep(bounds::ACCEPT_BACKOFF).await,
+                }
+            }
+            _ = flush.tick() => {
+                if let Some(r) = gate.pending_report() {
+                    log(&r.message());
+                    shared.audit("connections-refused", r.record()).await;
                 }
             }
             _ = shutdown_rx.changed() => break,
@@ -482,6 +542,27 @@ async fn serve(
 
 /// How often the watchdog looks at the sandbox's processes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(300);
+/// Checks in a row that may fail to read the sandbox before the
+/// coordinator stops it (about 3 s).
+const BLIND_CHECKS: u32 = 10;
+
+/// The watchdog can no longer see the sandbox (out of descriptors, say):
+/// a sandbox nobody supervises does not run on. Frees the emergency
+/// descriptors, says so (log, audit, every attached human) and stops the
+/// domain.
+fn lose_supervision(shared: &Arc<Shared>, rt: &tokio::runtime::Handle, why: &str) {
+    let freed = shared.emergency.release();
+    let message = format!(
+        "the watchdog could not read the Agent Sandbox for {:.0} s ({why}); stopping the sandbox, since nothing supervises it",
+        (WATCH_INTERVAL * BLIND_CHECKS).as_secs_f64()
+    );
+    Directory(shared.clone()).warn(&message);
+    rt.block_on(shared.audit(
+        "supervision-lost",
+        serde_json::json!({ "supervisor": "watchdog", "reason": why, "freed_descriptors": freed, "message": message }),
+    ));
+    let _ = shared.shutdown.send(true);
+}
 
 /// Enforces the profile's memory and process limits where no cgroup does
 /// (engine::limits), and tears the domain down when its sandbox is gone.
@@ -504,6 +585,8 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
     let shared = shared.clone();
     let rt = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
+        // Checks in a row that could not read the sandbox's processes.
+        let mut blind = 0u32;
         loop {
             if !matches!(
                 stop.recv_timeout(WATCH_INTERVAL),
@@ -511,8 +594,21 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
             ) {
                 return;
             }
-            let (event, detail) = match dog.check() {
-                Verdict::Within(_) => continue,
+            let verdict = dog.check();
+            if let Verdict::Unmeasured(why) = &verdict {
+                blind += 1;
+                if blind == 1 {
+                    log(&format!("the watchdog cannot read the sandbox: {why}"));
+                }
+                if blind < BLIND_CHECKS {
+                    continue;
+                }
+                lose_supervision(&shared, &rt, why);
+                return;
+            }
+            blind = 0;
+            let (event, detail) = match verdict {
+                Verdict::Within(_) | Verdict::Unmeasured(_) => continue,
                 Verdict::Gone => {
                     log("the Agent Sandbox is gone; tearing the domain down");
                     let _ = shared.shutdown.send(true);
@@ -597,7 +693,11 @@ fn start_escalation(
         server.socket.display(),
         server.identity.uri()
     ));
-    Ok(Arc::new(server).serve(Arc::new(Directory(shared.clone())))?)
+    let gate = Gate::new(
+        super::escalation::ESCALATION_LISTENER,
+        shared.budget.escalation,
+    );
+    Ok(Arc::new(server).serve_bounded(Arc::new(Directory(shared.clone())), gate)?)
 }
 
 async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {

@@ -268,6 +268,9 @@ pub enum Verdict {
     Within(Usage),
     /// No process of the container is left (it exited or was killed).
     Gone,
+    /// The container's processes could not be read (out of descriptors,
+    /// say): nothing is known, neither that it runs nor that it is gone.
+    Unmeasured(String),
     /// Over the memory limit: `killed` got SIGKILL.
     OverMemory {
         usage: Usage,
@@ -302,16 +305,34 @@ struct Proc {
     comm: String,
 }
 
-fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
+/// `true` for a failed read of a process's file that says the process is
+/// gone or not ours to read; any other failure (out of descriptors or
+/// memory) says nothing of the process.
+fn vanished(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+    ) || e.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
+}
+
+/// `r`, with a vanished process's failure as `None` and any other as the
+/// error.
+fn present<T>(r: std::io::Result<T>) -> std::io::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if vanished(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn read_procs(root: &Path) -> std::io::Result<BTreeMap<i32, Proc>> {
     let mut procs = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return procs;
-    };
-    for e in entries.flatten() {
+    for e in std::fs::read_dir(root)? {
+        let e = e?;
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+        let Some(stat) = present(std::fs::read_to_string(e.path().join("stat")))? else {
             continue;
         };
         // Fields after the command name, which may hold spaces and ')'.
@@ -332,7 +353,7 @@ fn read_procs(root: &Path) -> BTreeMap<i32, Proc> {
             },
         );
     }
-    procs
+    Ok(procs)
 }
 
 fn page_size() -> u64 {
@@ -347,41 +368,48 @@ fn page_size() -> u64 {
 /// processes mapping them, so a sum over a hundred processes of one binary
 /// is not a hundred times the binary. Shared memory is counted once, by
 /// [`memfd_bytes`].
-fn private_memory(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join("smaps_rollup")).ok()?;
+fn private_memory(dir: &Path) -> std::io::Result<Option<u64>> {
+    let Some(text) = present(std::fs::read_to_string(dir.join("smaps_rollup")))? else {
+        return Ok(None);
+    };
     let field = |name: &str| -> Option<u64> {
         text.lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse::<u64>().ok())
     };
-    let pss = field("Pss:")?;
-    Some(pss.saturating_sub(field("Pss_Shmem:").unwrap_or(0)) * KIB)
+    Ok(field("Pss:").map(|pss| pss.saturating_sub(field("Pss_Shmem:").unwrap_or(0)) * KIB))
 }
 
 /// Bytes allocated in the memfds `dir`'s process holds that no earlier
 /// process of the container held. gVisor keeps all of the agent's memory,
 /// its tmpfs and page cache included, in one memfd (`runsc-memory`): its
 /// allocated size is what the sandbox costs the host, mapped or not.
-fn memfd_bytes(dir: &Path, seen: &mut std::collections::BTreeSet<(u64, u64)>) -> u64 {
+fn memfd_bytes(
+    dir: &Path,
+    seen: &mut std::collections::BTreeSet<(u64, u64)>,
+) -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
-        return 0;
+    let Some(fds) = present(std::fs::read_dir(dir.join("fd")))? else {
+        return Ok(0);
     };
     let mut total = 0;
-    for fd in fds.flatten() {
-        let is_memfd =
-            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
+    for fd in fds {
+        let Some(fd) = present(fd)? else {
+            continue;
+        };
+        let is_memfd = present(std::fs::read_link(fd.path()))?
+            .is_some_and(|t| t.to_string_lossy().starts_with("/memfd:"));
         if !is_memfd {
             continue;
         }
-        if let Ok(m) = std::fs::metadata(fd.path())
+        if let Some(m) = present(std::fs::metadata(fd.path()))?
             && seen.insert((m.dev(), m.ino()))
         {
             total += m.blocks() * 512;
         }
     }
-    total
+    Ok(total)
 }
 
 /// `true` when `cmdline` (NUL-separated) is a conmon for container `id`.
@@ -408,17 +436,20 @@ impl Watchdog {
     }
 
     /// The container's host processes below its conmons, with their memory.
-    fn members(&self) -> Vec<(i32, u64)> {
-        let procs = read_procs(&self.proc_root);
-        let conmons: Vec<i32> = procs
-            .iter()
-            .filter(|(_, p)| p.comm == "conmon")
-            .map(|(pid, _)| *pid)
-            .filter(|pid| {
-                std::fs::read(self.proc_root.join(pid.to_string()).join("cmdline"))
-                    .is_ok_and(|c| is_conmon_of(&c, &self.container_id))
-            })
-            .collect();
+    fn members(&self) -> std::io::Result<Vec<(i32, u64)>> {
+        let procs = read_procs(&self.proc_root)?;
+        let mut conmons = Vec::new();
+        for (pid, p) in &procs {
+            if p.comm != "conmon" {
+                continue;
+            }
+            let cmdline = present(std::fs::read(
+                self.proc_root.join(pid.to_string()).join("cmdline"),
+            ))?;
+            if cmdline.is_some_and(|c| is_conmon_of(&c, &self.container_id)) {
+                conmons.push(*pid);
+            }
+        }
         let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for (pid, p) in &procs {
             children.entry(p.ppid).or_default().push(*pid);
@@ -434,44 +465,56 @@ impl Watchdog {
             }
             stack.extend(children.get(&pid).cloned().unwrap_or_default());
         }
-        members
+        Ok(members)
     }
 
-    pub fn usage(&self) -> Option<Usage> {
-        let members = self.members();
+    /// What the container's processes use; `Ok(None)` when it has none,
+    /// `Err` when they could not be read (which says nothing of them).
+    pub fn usage(&self) -> std::io::Result<Option<Usage>> {
+        let members = self.members()?;
         if members.is_empty() {
-            return None;
+            return Ok(None);
         }
         let mut seen_memfds = std::collections::BTreeSet::new();
-        let charged: Vec<(i32, u64)> = members
-            .iter()
-            .map(|&(pid, rss)| {
-                let dir = self.proc_root.join(pid.to_string());
-                let own = private_memory(&dir).unwrap_or(rss);
-                (pid, own + memfd_bytes(&dir, &mut seen_memfds))
-            })
-            .collect();
-        Some(Usage {
+        let mut charged: Vec<(i32, u64)> = Vec::with_capacity(members.len());
+        for &(pid, rss) in &members {
+            let dir = self.proc_root.join(pid.to_string());
+            let own = private_memory(&dir)?.unwrap_or(rss);
+            charged.push((pid, own + memfd_bytes(&dir, &mut seen_memfds)?));
+        }
+        Ok(Some(Usage {
             rss: charged.iter().map(|(_, r)| r).sum(),
             processes: members.len(),
             biggest: charged.iter().copied().max_by_key(|(_, r)| *r),
-        })
+        }))
     }
 
     /// Looks once and acts: over the memory limit the biggest process is
     /// killed (as the kernel's OOM killer would; under runsc that is the
     /// sandbox itself); over the process limit the whole container is.
+    /// A failure to read is [`Verdict::Unmeasured`], never [`Verdict::Gone`].
     pub fn check(&self) -> Verdict {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
-        let main_gone = self.main_pid.is_some_and(|pid| {
-            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat"))
-                .map_or(true, |s| {
-                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
-                })
-        });
-        let Some(usage) = self.usage().filter(|_| !main_gone) else {
-            return Verdict::Gone;
+        if let Some(pid) = self.main_pid {
+            let stat = self.proc_root.join(pid.to_string()).join("stat");
+            match present(std::fs::read_to_string(&stat)) {
+                Ok(Some(s)) if !s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => {}
+                Ok(_) => return Verdict::Gone,
+                Err(e) => {
+                    return Verdict::Unmeasured(format!("cannot read {}: {e}", stat.display()));
+                }
+            }
+        }
+        let usage = match self.usage() {
+            Ok(Some(usage)) => usage,
+            Ok(None) => return Verdict::Gone,
+            Err(e) => {
+                return Verdict::Unmeasured(format!(
+                    "cannot read the sandbox's processes in {}: {e}",
+                    self.proc_root.display()
+                ));
+            }
         };
         if usage.rss > self.limits.memory
             && let Some((pid, _)) = usage.biggest
@@ -487,7 +530,7 @@ impl Watchdog {
             Runtime::Runsc => self.limits.pids as usize * 4 + 64,
         };
         if usage.processes > host_pids {
-            for (pid, _) in self.members() {
+            for (pid, _) in self.members().unwrap_or_default() {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
             return Verdict::OverPids { usage };
@@ -550,7 +593,7 @@ mod tests {
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
         let w = Watchdog::new("fakeid", Limits::default(), Runtime::Runc);
-        let usage = w.usage().expect("the sleep is found");
+        let usage = w.usage().unwrap().expect("the sleep is found");
         assert_eq!(usage.processes, 1);
         assert!(usage.rss > 0);
         assert!(matches!(w.check(), Verdict::Within(_)));
@@ -566,5 +609,34 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(w.check(), Verdict::Gone);
+    }
+
+    /// A watchdog that cannot read says so; it never takes that for a
+    /// sandbox that is gone.
+    #[test]
+    fn a_failed_read_is_not_a_gone_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watchdog::new("fakeid", Limits::default(), Runtime::Runsc);
+        // /proc itself unreadable (here: not a folder).
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        w.proc_root = not_a_dir;
+        assert!(
+            matches!(w.check(), Verdict::Unmeasured(_)),
+            "{:?}",
+            w.check()
+        );
+        // A readable /proc without the container: gone.
+        w.proc_root = dir.path().to_path_buf();
+        assert_eq!(w.check(), Verdict::Gone);
+        // The main process's stat unreadable for another reason than its
+        // absence (here: a folder where the file should be).
+        std::fs::create_dir_all(dir.path().join("4242/stat")).unwrap();
+        w.main_pid = Some(4242);
+        assert!(
+            matches!(w.check(), Verdict::Unmeasured(_)),
+            "{:?}",
+            w.check()
+        );
     }
 }
