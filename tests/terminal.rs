@@ -244,7 +244,12 @@ fn code_typed(screen: &str) -> Option<String> {
 /// How many reads the plain prompt has ignored as bursts (several keys,
 /// a paste or a terminal reply at once).
 fn bursts(screen: &str) -> usize {
-    screen.matches("(ignored: several keys at once").count()
+    screen
+        .split("(ignored ")
+        .nth(1)
+        .and_then(|r| r.split(" reads").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Types `code`'s first letter into the plain prompt until the prompt
@@ -300,7 +305,7 @@ fn plain_prompt_is_withdrawn_with_its_requester(profile: &'static str) {
     let request = s
         .lines()
         .find_map(|l| l.trim_start().strip_prefix("request"))
-        .map(|r| r.trim().to_string())
+        .map(|r| r.trim().trim_start_matches('│').to_string())
         .unwrap();
     let (rc, _, err) = d.sh("kill -9 $(cat /tmp/req.pid)");
     assert_eq!(rc, 0, "{err}");
@@ -351,6 +356,99 @@ fn plain_prompt_is_withdrawn_with_its_requester_gvisor() {
 #[test]
 fn plain_prompt_is_withdrawn_with_its_requester_runc() {
     plain_prompt_is_withdrawn_with_its_requester("rc");
+}
+
+/// Issue 26: a long command of plain text whose end looks like a whole
+/// prompt for something harmless. The plain prompt never lets the
+/// terminal scroll: its first page shows the command's start and no code;
+/// the code appears only after paging to the end, and then approves.
+fn plain_prompt_shows_a_long_command_whole(profile: &'static str) {
+    let d = Domain::new(profile);
+    let canary = d.s.path().join("long-canary");
+    // The escalation client joins its arguments with single spaces: the
+    // padding is a thousand words, the forged end a prompt's words.
+    let script = format!(
+        "{ESC} --justify long -- mkdir -p {} HIDDEN-START $(yes pad | head -n 1000) \
+         ── Lazaret: the agent asks to run a command on the host ── command ls \
+         to approve and run, type the code zzz; echo ESC-EXIT=$?",
+        canary.display()
+    );
+    let t = d.tmux(
+        100,
+        30,
+        &format!("exec {} -- sh -c {}", d.profile, shell_quote(&script)),
+        Some(AFTER),
+    );
+    let first = t.wait_for(120, "the prompt", |s| {
+        s.contains("the agent asks to run a command on the host") && s.contains("code:")
+    });
+    // The start is there, with the title above it; no code yet.
+    assert!(first.contains("HIDDEN-START"), "{first}");
+    assert!(
+        first
+            .lines()
+            .next()
+            .unwrap_or("")
+            .contains("── Lazaret: the agent asks"),
+        "{first}"
+    );
+    assert!(!first.contains("type the code"), "{first}");
+    // A letter typed now counts for nothing and says why (typed again
+    // while the prompt still throws away what came before it was armed).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !t.screen().contains("read the whole request first") {
+        assert!(std::time::Instant::now() < deadline, "{}", t.screen());
+        t.send(&["-l", "z"]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Paging reaches the end, where Lazaret's own row shows the real code.
+    let mut s = first;
+    for _ in 0..60 {
+        if s.contains("to approve & run, type the code") {
+            break;
+        }
+        let before = s.clone();
+        t.send(&["PageDown"]);
+        s = t.wait_for(20, "the next page", |now| now != before);
+    }
+    let own: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("  to approve & run, type the code"))
+        .collect();
+    assert_eq!(own.len(), 1, "{s}");
+    let code = own[0]
+        .split("type the code")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    assert_ne!(
+        code, "zzz",
+        "the forged code was taken for the real one:\n{s}"
+    );
+    assert!(!canary.exists());
+    for i in 0..code.len() {
+        t.send(&["-l", &code[i..=i]]);
+        let typed = &code[..=i];
+        t.wait_for(20, &format!("`{typed}` counted"), |s| {
+            code_typed(s).as_deref() == Some(typed) || (typed == code && s.contains("approved"))
+        });
+    }
+    let s = t.wait_for(60, "the exec's end", |s| s.contains("INPUT-END"));
+    assert!(s.contains("ESC-EXIT=0"), "{s}");
+    assert!(canary.is_dir(), "the approved command did not run:\n{s}");
+    drop(t);
+    d.wait_until_gone();
+}
+
+#[test]
+fn plain_prompt_shows_a_long_command_whole_gvisor() {
+    plain_prompt_shows_a_long_command_whole("gv");
+}
+
+#[test]
+fn plain_prompt_shows_a_long_command_whole_runc() {
+    plain_prompt_shows_a_long_command_whole("rc");
 }
 
 /// `root` and every process below it (the prompt's own walk).

@@ -290,3 +290,51 @@ fn storage_root_of_another_user_is_refused() {
     );
     assert!(d.containers().is_empty());
 }
+
+/// Issue 26 item 6: a workspace file's own key and table names reach the
+/// host terminal only made visible. Key names holding OSC 52 (clipboard),
+/// a title and an erase are refused and quoted by every command that names
+/// them, and no byte of the sequences reaches the terminal.
+#[test]
+fn a_workspace_files_key_names_cannot_steer_the_terminal() {
+    let d = Domain::new("gvd");
+    let osc = "\\u001b]52;c;cm0gLXJmIH4vKg==\\u0007\\u001b]0;pwned\\u0007\\u001b[2J\\u001b[H";
+    for (what, file) in [
+        (
+            "a key",
+            format!("[profiles.gvd]\n\"x{osc}\" = [\"0.0.0.0/0\"]\n"),
+        ),
+        (
+            "a table",
+            format!(
+                "[profiles.\"p{osc}\"]\nimage = \"{}\"\n",
+                common::sandbox::BASE_IMAGE
+            ),
+        ),
+        (
+            "a widening key",
+            format!("[profiles.gvd]\nallow_egress = [\"0.0.0.0/0\"]\n\"y{osc}\" = 1\n"),
+        ),
+    ] {
+        d.s.write("ws/lazaret.toml", &file);
+        for args in [
+            &["sandbox", "up"][..],
+            &["config", "show"][..],
+            &["trust"][..],
+        ] {
+            let out = d.lazaret(args);
+            let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+            let (o, e) = text(&out);
+            assert!(
+                !all.iter().any(|b| *b == 0x1b || *b == 0x07),
+                "{what}, `{}`: a control byte reached the terminal:\n{o:?}\n{e:?}",
+                args.join(" ")
+            );
+            if args[0] == "sandbox" {
+                assert!(!out.status.success(), "{what}: it started:\n{o}{e}");
+                assert!(e.contains("␛]52;c;"), "{what}: the key is not shown:\n{e}");
+            }
+        }
+        assert!(d.containers().is_empty(), "{:?}", d.containers());
+    }
+}

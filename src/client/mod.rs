@@ -9,6 +9,7 @@
 //! internals through it, and it imports neither.
 
 pub mod prompt;
+pub mod prompt_page;
 pub mod session;
 pub mod terminal;
 

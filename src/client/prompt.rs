@@ -10,7 +10,9 @@
 //! per read: a terminal's automatic replies (answerback, device
 //! attributes, colour and version reports) cannot produce it, and a read
 //! holding several keys is ignored. Everything the agent wrote is shown
-//! with control, bidi, zero-width and other hidden characters made visible.
+//! with control, bidi, zero-width and other hidden characters made visible,
+//! on a page that fits the terminal ([`PromptPage`]): the code shows only
+//! once the human has paged to the request's end.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -24,6 +26,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::termios::{self, SetArg};
 use nix::unistd::Pid;
 
+use super::prompt_page::{PromptPage, Scroll};
 use super::terminal::{Key, KeyReader, approval_code, flush_input, reset_for_prompt};
 use crate::coordinator::escalation::{Prompt, Verdict};
 use lazaret_widgets::visible::make_visible;
@@ -64,42 +67,6 @@ impl Drop for Raw {
     fn drop(&mut self) {
         let _ = termios::tcsetattr(self.tty.as_fd(), SetArg::TCSANOW, &self.saved);
     }
-}
-
-/// The text of a prompt, lines ending in `\r\n` (the terminal is raw).
-pub fn render(p: &Prompt, code: &str) -> String {
-    let field = |name: &str, value: &str| {
-        let (v, _) = make_visible(value);
-        format!("  {name:<10}{v}\r\n")
-    };
-    let mut s = String::from(
-        "\x1b[1;33m── Lazaret: the agent asks to run a command on the host ──\x1b[0m\r\n",
-    );
-    s += &field("request", &p.request_id);
-    s += &field(
-        "session",
-        &format!(
-            "{} (this terminal's session)",
-            p.session_id.get(..8).unwrap_or(&p.session_id)
-        ),
-    );
-    s += &field("profile", &p.profile);
-    s += &field("in", &p.cwd);
-    s += &field("why", &p.justification);
-    s += &field("command", &p.command);
-    s += &field(
-        "runs",
-        if p.via_shell {
-            "through the host shell (it has shell syntax)"
-        } else {
-            "directly (execve), no shell"
-        },
-    );
-    s += &field("needs you", &p.reason);
-    s += &format!(
-        "  to approve & run, type the code \x1b[1;7m {code} \x1b[0m   \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session\r\n"
-    );
-    super::terminal::paint(&s)
 }
 
 /// One thing the human's terminal did.
@@ -163,7 +130,14 @@ impl Keyboard<'_> {
 fn read_line(kb: &mut Keyboard, label: &str, initial: &str) -> Option<String> {
     let mut text = initial.to_string();
     loop {
-        let _ = write!(kb.tty, "\r\x1b[2K{label} {}", make_visible(&text).0);
+        // The line's end, on one row: the terminal never wraps or scrolls.
+        let cols = ratatui::crossterm::terminal::size().map_or(80, |(c, _)| usize::from(c));
+        let room = cols.saturating_sub(label.chars().count() + 3).max(1);
+        let shown = make_visible(&text).0;
+        let skip = shown.chars().count().saturating_sub(room);
+        let tail: String = shown.chars().skip(skip).collect();
+        let more = if skip > 0 { "…" } else { " " };
+        let _ = write!(kb.tty, "\r\x1b[2K{label}{more}{tail}");
         let _ = kb.tty.flush();
         match kb.next() {
             Input::Gone => return None,
@@ -178,33 +152,6 @@ fn read_line(kb: &mut Keyboard, label: &str, initial: &str) -> Option<String> {
             Input::Key(Key::Kill) => text.clear(),
             Input::Key(Key::Char(c)) if !c.is_control() => text.push(c),
             Input::Key(_) => {}
-        }
-    }
-}
-
-/// Waits for the human to type `code` (`Some(true)`), or to go back with
-/// Esc (`Some(false)`); `None` when the terminal is gone.
-fn confirm(kb: &mut Keyboard, label: &str, code: &str) -> Option<bool> {
-    let mut typed = 0;
-    loop {
-        let shown: String = code.chars().take(typed).collect();
-        let _ = write!(kb.tty, "\r\x1b[2K{label} {shown}");
-        let _ = kb.tty.flush();
-        match kb.next() {
-            Input::Gone => return None,
-            Input::Key(Key::Escape) => return Some(false),
-            Input::Key(Key::Char(c)) => {
-                if code.chars().nth(typed) == Some(c.to_ascii_lowercase()) {
-                    typed += 1;
-                    if typed == code.len() {
-                        return Some(true);
-                    }
-                } else {
-                    typed = 0;
-                }
-            }
-            Input::Key(Key::Backspace) => typed = typed.saturating_sub(1),
-            Input::Key(_) => typed = 0,
         }
     }
 }
@@ -287,14 +234,34 @@ fn ask_armed(
         },
     };
     flush_input(&tty);
-    let rows = ratatui::crossterm::terminal::size().map_or(24, |(_, r)| r);
+    let (cols, rows) = ratatui::crossterm::terminal::size().unwrap_or((80, 24));
     let code = approval_code(CODE_LEN);
-    let screen = format!("{}{}", reset_for_prompt(rows), render(prompt, &code));
-    let _ = tty.write_all(screen.as_bytes());
-    let _ = tty.flush();
+    let mut page = PromptPage::new(prompt.clone(), code.clone());
+    // Drawn whole each time: a page never taller or wider than the
+    // terminal, so nothing scrolls.
+    let draw = |tty: &mut File, page: &mut PromptPage, typed: usize| -> Result<(), (u16, u16)> {
+        let (cols, rows) = ratatui::crossterm::terminal::size().unwrap_or((cols, rows));
+        let screen = page.screen(cols, rows, typed)?;
+        let _ = tty.write_all(super::terminal::paint(&screen).as_bytes());
+        let _ = tty.flush();
+        Ok(())
+    };
+    let _ = tty.write_all(reset_for_prompt(rows).as_bytes());
+    if let Err((c, r)) = draw(&mut tty, &mut page, 0) {
+        let _ = write!(
+            tty,
+            "\r\n  lazaret: a request from the sandbox was denied: this terminal ({cols}x{rows}) is too small to show it whole; make it at least {c}x{r}\r\n"
+        );
+        return Verdict::Deny {
+            reason: Some(format!(
+                "the human's terminal ({cols}x{rows}) was too small to show the whole request"
+            )),
+        };
+    }
     // Keys typed before the prompt was there are not answers to it.
     std::thread::sleep(ARMING);
     flush_input(&tty);
+    page.arm();
     let Ok(reader) = tty.try_clone() else {
         return gone();
     };
@@ -304,26 +271,49 @@ fn ask_armed(
         stop,
         withdrawal,
     };
-    let label = "  code:";
     let mut typed = 0usize;
     let verdict = loop {
-        let shown: String = code.chars().take(typed).collect();
-        let _ = write!(tty, "\r\x1b[2K{label} {shown}");
-        let _ = tty.flush();
+        if draw(&mut tty, &mut page, typed).is_err() {
+            break Verdict::Deny {
+                reason: Some("the human's terminal became too small to show the request".into()),
+            };
+        }
         let key = match kb.next() {
             Input::Gone => break gone(),
             Input::Key(k) => k,
         };
+        let scroll = match key {
+            Key::Up => Some(Scroll::Up(1)),
+            Key::Down => Some(Scroll::Down(1)),
+            Key::PageUp => Some(Scroll::PageUp),
+            Key::PageDown | Key::Char(' ') => Some(Scroll::PageDown),
+            _ => None,
+        };
+        if let Some(scroll) = scroll {
+            page.scroll(scroll);
+            continue;
+        }
         match key {
+            // Until the request's end was on screen, only deny and abort.
+            Key::Char(c)
+                if !page.seen_whole_request() && !matches!(c.to_ascii_lowercase(), 'd' | 'q') =>
+            {
+                typed = 0;
+                page.set_note("read the whole request first: ↓, PgDn or Space");
+            }
             Key::Char(c) if code.chars().nth(typed) == Some(c.to_ascii_lowercase()) => {
                 typed += 1;
                 if typed == code.len() {
                     let _ = write!(tty, "\r\n  approved\r\n");
-                    break Verdict::Approve;
+                    break match page.edited() {
+                        Some(command) => Verdict::Edit {
+                            command: command.to_string(),
+                        },
+                        None => Verdict::Approve,
+                    };
                 }
             }
             Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'d') => {
-                let _ = write!(tty, "\r\n");
                 match read_line(&mut kb, "  reason (optional, Enter to send):", "") {
                     Some(reason) => {
                         break Verdict::Deny {
@@ -337,31 +327,22 @@ fn ask_armed(
                 }
             }
             Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'e') => {
-                let initial = if make_visible(&prompt.command).1 {
+                let current = page.command().to_string();
+                let initial = if make_visible(&current).1 {
                     ""
                 } else {
-                    prompt.command.as_str()
+                    current.as_str()
                 };
-                let _ = write!(tty, "\r\n");
                 if let Some(command) =
                     read_line(&mut kb, "  edit, Enter when done, Esc to go back:", initial)
                     && !command.trim().is_empty()
+                    && command != prompt.command
                 {
-                    let _ = write!(tty, "  run  {}\r\n", make_visible(&command).0);
-                    let label = format!("  type the code {code} to run it, Esc to go back:");
-                    match confirm(&mut kb, &label, &code) {
-                        Some(true) => {
-                            let _ = write!(tty, "\r\n  approved as edited\r\n");
-                            break Verdict::Edit { command };
-                        }
-                        None => break gone(),
-                        Some(false) => {}
-                    }
+                    page.set_edited(command);
                 }
                 if stop.load(Ordering::Relaxed) || withdrawn(withdrawal).is_some() {
                     break gone();
                 }
-                let _ = write!(tty, "\r\n{}", render(prompt, &code));
             }
             Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'q') => {
                 let _ = write!(tty, "\r\n  aborting the session\r\n");
@@ -369,10 +350,7 @@ fn ask_armed(
             }
             Key::Burst => {
                 typed = 0;
-                let _ = write!(
-                    tty,
-                    "\r\x1b[2K  (ignored: several keys at once, a paste or a terminal reply)\r\n"
-                );
+                page.ignored_burst();
             }
             _ => typed = 0,
         }
@@ -394,28 +372,4 @@ fn ask_armed(
     );
     let _ = tty.flush();
     verdict
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hostile_text_is_shown_visibly() {
-        let p = Prompt {
-            request_id: "r".into(),
-            session_id: "s".into(),
-            profile: "dev".into(),
-            cwd: "/workspace".into(),
-            justification: "fine\x1b[2J\x1b[Hreally".into(),
-            command: "ls\u{202E}txt.exe".into(),
-            via_shell: false,
-            reason: "matches no auto-approve entry".into(),
-        };
-        let text = render(&p, "bcf");
-        assert!(text.contains(" bcf "));
-        assert!(!text.contains("\x1b[2J"));
-        assert!(text.contains("fine␛[2J␛[Hreally"));
-        assert!(text.contains("ls<U+202E>txt.exe"));
-    }
 }

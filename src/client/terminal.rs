@@ -129,6 +129,11 @@ pub enum Key {
     Kill,
     /// Esc, or Ctrl-C.
     Escape,
+    /// Cursor and page keys, to read a long request.
+    Up,
+    Down,
+    PageUp,
+    PageDown,
     /// More than one key in one read (a paste, or a terminal's reply), or
     /// bytes inside an escape sequence: ignored.
     Burst,
@@ -170,8 +175,24 @@ impl Perform for Keys {
             _ => Key::Burst,
         });
     }
-    fn csi_dispatch(&mut self, _: &Params, _: &[u8], _: bool, _: char) {
-        self.sequences += 1;
+    fn csi_dispatch(&mut self, params: &Params, intermediates: &[u8], _: bool, action: char) {
+        // One parameter at most: a modifier (`1;2A`, Shift-Up) is no key here.
+        let first = match params.len() {
+            0 => None,
+            1 => params.iter().next().and_then(|p| p.first().copied()),
+            _ => Some(u16::MAX),
+        };
+        let key = match (intermediates, action, first) {
+            ([], 'A', None | Some(0 | 1)) => Some(Key::Up),
+            ([], 'B', None | Some(0 | 1)) => Some(Key::Down),
+            ([], '~', Some(5)) => Some(Key::PageUp),
+            ([], '~', Some(6)) => Some(Key::PageDown),
+            _ => None,
+        };
+        match key {
+            Some(k) => self.keys.push(k),
+            None => self.sequences += 1,
+        }
     }
     fn esc_dispatch(&mut self, _: &[u8], _: bool, _: u8) {
         self.sequences += 1;
@@ -357,6 +378,25 @@ mod tests {
         let mut out = f.filter(b"a\x1b]52;c;Y3Vy");
         out.extend(f.filter(b"bA==\x07b"));
         assert_eq!(out, b"ab");
+    }
+
+    #[test]
+    fn cursor_and_page_keys_scroll() {
+        for (bytes, key) in [
+            (&b"\x1b[A"[..], Key::Up),
+            (b"\x1b[B", Key::Down),
+            (b"\x1b[5~", Key::PageUp),
+            (b"\x1b[6~", Key::PageDown),
+        ] {
+            assert_eq!(KeyReader::default().decode(bytes), Some(key));
+        }
+        // Two at once are a burst, as any two keys are.
+        assert_eq!(
+            KeyReader::default().decode(b"\x1b[B\x1b[B"),
+            Some(Key::Burst)
+        );
+        // A key with a modifier (Shift-Up) is none of them.
+        assert_eq!(KeyReader::default().decode(b"\x1b[1;2A"), None);
     }
 
     #[test]

@@ -59,9 +59,12 @@ fn untrusted_message(file: &Path, keys: &[trust::Widening]) -> String {
         file.display()
     );
     for k in keys {
+        // The file's own key names, chosen by whoever wrote it: shown, not
+        // obeyed, by the terminal (a newline in a quoted key included).
+        let key = lazaret_widgets::visible::visible(&k.key);
         match &k.location {
-            Some(loc) => s.push_str(&format!("\n  {loc}: {}: {}", k.key, k.why)),
-            None => s.push_str(&format!("\n  {}: {}", k.key, k.why)),
+            Some(loc) => s.push_str(&format!("\n  {loc}: {key}: {}", k.why)),
+            None => s.push_str(&format!("\n  {key}: {}", k.why)),
         }
     }
     s.push_str(&format!(

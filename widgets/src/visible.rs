@@ -121,8 +121,24 @@ pub fn visible(text: &str) -> String {
     make_visible(text).0
 }
 
+/// [`visible`] line by line: the line breaks stay, everything else that
+/// could steer a terminal is shown. For Lazaret's own multi-line messages
+/// (errors) that may carry agent text.
+pub fn visible_lines(text: &str) -> String {
+    text.split('\n').map(visible).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lines_keep_their_breaks_and_nothing_else() {
+        let text = "key \x1b]52;c;cm0gLXJmIH4=\x07 refused\nnext\r\x1b[2Kline";
+        assert_eq!(
+            visible_lines(text),
+            "key ␛]52;c;cm0gLXJmIH4=^G refused\nnext^M␛[2Kline"
+        );
+    }
+
     use super::*;
 
     #[test]
