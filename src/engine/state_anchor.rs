@@ -271,8 +271,21 @@ pub fn unmount(podman: &Podman, domain_root: &Path) -> Result<(), PodmanError> {
         let lower = p.to_string_lossy().ends_with("_lower");
         (std::cmp::Reverse(p.components().count()), lower)
     });
+    // Two teardowns of one domain may meet (the coordinator's and `down`):
+    // a mount the other already took is no failure, and one failure does
+    // not leave the rest mounted.
+    let mut first_error = None;
     for m in mounted {
-        podman.run(["unshare", "umount", &m.to_string_lossy()])?;
+        match podman.run(["unshare", "umount", &m.to_string_lossy()]) {
+            Ok(_) => {}
+            Err(PodmanError::Failed { stderr, .. }) if stderr.contains("not mounted") => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
     }
     // Mount points podman created for its own /etc files are stubs in the
     // upper layer; they are not the agent's state.
