@@ -52,15 +52,48 @@ pub enum StoreError {
     #[error("a record in the state store is not valid: {0}")]
     Corrupt(String),
     #[error(
-        "the state store {path} reached its cap of {cap_mib} MiB, so nothing more is recorded and host escalations are refused; stop the domain (`lazaret down`) and move the file aside to keep its audit log"
+        "the state store {path} reached its cap of {cap_mib} MiB{kept}, so nothing more is recorded and host escalations are refused; stop the domain (`lazaret down`) and move the file aside to keep its audit log"
     )]
-    Full { path: PathBuf, cap_mib: u64 },
+    Full {
+        path: PathBuf,
+        cap_mib: u64,
+        /// Says so when the write was not a supervision record, refused
+        /// at the reserve rather than the cap.
+        kept: &'static str,
+    },
 }
 
 /// The size the state store may reach before writes are refused
 /// (decisions.md D9): requests are bounded in rate and stored size, so
 /// only a long-lived domain comes near it.
 pub const STORE_CAP: u64 = 256 << 20;
+
+/// The audit records that say whether the domain was supervised: they may
+/// use the reserve below the cap ([`Store::reserve`]), which everything
+/// else (requests, decisions, refusals: what the agent can cause) stops
+/// short of, so the agent's traffic cannot crowd them out.
+pub const SUPERVISION_KINDS: &[&str] = &[
+    "coordinator-start",
+    "domain-up",
+    "domain-down",
+    "session-start",
+    "session-end",
+    "supervision-lost",
+    "limit-memory",
+    "limit-pids",
+    "schema-migration",
+];
+
+/// The reserve is the cap's upper half. redb's file doubles as it grows,
+/// so a bound on its size is a bound on doublings: the agent's kinds stop
+/// once the file has reached half the cap, and that file's free half (a
+/// quarter of the cap, 64 MiB by default) is left for supervision
+/// records before it would double past the cap.
+pub const RESERVE_FRACTION: u64 = 2;
+
+pub fn is_supervision(kind: &str) -> bool {
+    SUPERVISION_KINDS.contains(&kind)
+}
 
 /// One audit record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +215,16 @@ pub struct Batch {
     pub audit: Vec<(&'static str, serde_json::Value)>,
 }
 
+impl Batch {
+    /// Only sessions and supervision records: it may use the reserve.
+    fn is_supervision(&self) -> bool {
+        self.first_sighting.is_none()
+            && self.requests.is_empty()
+            && self.decisions.is_empty()
+            && self.audit.iter().all(|(kind, _)| is_supervision(kind))
+    }
+}
+
 /// The coordinator's handle on the store.
 #[derive(Debug)]
 pub struct Store {
@@ -220,13 +263,28 @@ impl Store {
         self
     }
 
-    /// Refuses a write once the file has reached its cap.
-    fn room(&self) -> Result<(), StoreError> {
+    /// The room below the cap kept for supervision records.
+    pub fn reserve(&self) -> u64 {
+        self.cap / RESERVE_FRACTION
+    }
+
+    /// Refuses a write once the file has reached its cap, or (unless
+    /// `supervision`) the reserve below it.
+    fn room(&self, supervision: bool) -> Result<(), StoreError> {
         let size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        if size >= self.cap {
+        let (limit, kept) = if supervision {
+            (self.cap, "")
+        } else {
+            (
+                self.cap - self.reserve(),
+                " (less the room kept for supervision records)",
+            )
+        };
+        if size >= limit {
             return Err(StoreError::Full {
                 path: self.path.clone(),
                 cap_mib: self.cap >> 20,
+                kept,
             });
         }
         Ok(())
@@ -282,7 +340,7 @@ impl Store {
 
     /// Appends an audit record, chained to the last one.
     pub fn append(&self, kind: &str, data: serde_json::Value) -> Result<AuditRecord, StoreError> {
-        self.room()?;
+        self.room(is_supervision(kind))?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let record = {
             let mut audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
@@ -318,7 +376,7 @@ impl Store {
     /// before. One escalation request costs one `fdatasync` before its
     /// command runs, not one per row.
     pub fn commit(&self, batch: Batch) -> Result<bool, StoreError> {
-        self.room()?;
+        self.room(batch.is_supervision())?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         {
             if let Some(key) = &batch.first_sighting {
@@ -418,7 +476,7 @@ impl Store {
     /// Marks `request_id` as seen; `false` when it was seen before (a replay).
     /// Check and insert are one transaction.
     pub fn first_sighting(&self, request_id: &str) -> Result<bool, StoreError> {
-        self.room()?;
+        self.room(false)?;
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let fresh = {
             let mut t = tx.open_table(SEEN_IDS).map_err(|e| self.err(e))?;
@@ -560,6 +618,78 @@ mod tests {
             Verification::Intact { .. }
         ));
         assert!(std::fs::metadata(&path).unwrap().len() < (2 << 20) + (1 << 20));
+    }
+
+    #[test]
+    fn supervision_records_are_written_in_the_reserve() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let store = Store::open(&path).unwrap().with_cap(4 << 20);
+        let big = "x".repeat(16 * 1024);
+        // The agent's kinds of records fill the store up to the reserve.
+        let refused = (0..1000)
+            .find_map(|i| {
+                store
+                    .append(
+                        "escalation-refused",
+                        serde_json::json!({ "i": i, "pad": big }),
+                    )
+                    .err()
+            })
+            .expect("the reserve was never reached");
+        assert!(
+            refused.to_string().contains("less the room kept"),
+            "{refused}"
+        );
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size >= (4 << 20) - store.reserve(), "{size}");
+        assert!(size < 4 << 20, "refused only at the cap: {size}");
+        // Nothing the agent causes gets in any more...
+        assert!(store.first_sighting("id").is_err());
+        let request = Batch {
+            first_sighting: Some("key".into()),
+            audit: vec![("escalation-request", serde_json::json!({}))],
+            ..Default::default()
+        };
+        assert!(store.commit(request).is_err());
+        // ...while sessions, the watchdog and the domain's end still do.
+        let session = Batch {
+            sessions: vec![("s".into(), serde_json::json!({ "pid": 1 }))],
+            audit: vec![("session-start", serde_json::json!({ "session_id": "s" }))],
+            ..Default::default()
+        };
+        assert!(store.commit(session).unwrap());
+        for kind in [
+            "limit-memory",
+            "supervision-lost",
+            "session-end",
+            "domain-down",
+        ] {
+            store.append(kind, serde_json::json!({})).unwrap();
+        }
+        let kinds: Vec<String> = store
+            .records()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.kind)
+            .collect();
+        assert_eq!(kinds.last().map(String::as_str), Some("domain-down"));
+        assert!(matches!(
+            store.verify().unwrap(),
+            Verification::Intact { .. }
+        ));
+        // The reserve is bounded too: the cap holds for supervision records.
+        let refused = (0..1000)
+            .find_map(|i| {
+                store
+                    .append("session-end", serde_json::json!({ "i": i, "pad": big }))
+                    .err()
+            })
+            .expect("the cap was never reached");
+        assert!(
+            matches!(refused, StoreError::Full { kept: "", .. }),
+            "{refused}"
+        );
     }
 
     fn rec(seq: u64, prev: &str, kind: &str) -> AuditRecord {
