@@ -284,9 +284,7 @@ fn edit_store(path: &Path, f: impl FnOnce(&mut redb::Table<u64, &[u8]>)) {
     let db = redb::Database::open(path).unwrap();
     let tx = db.begin_write().unwrap();
     {
-        let mut t = tx
-            .open_table(redb::TableDefinition::<u64, &[u8]>::new("audit_v2"))
-            .unwrap();
+        let mut t = tx.open_table(lazaret::coordinator::store::AUDIT).unwrap();
         f(&mut t);
     }
     tx.commit().unwrap();
@@ -443,12 +441,11 @@ fn migrates_a_version_1_store() {
 /// Writes a version-1 store, as Lazaret's first schema did: a test-only
 /// writer (the product only reads and migrates version 1).
 fn create_v1(path: &Path, events: &[(u64, &str)]) {
-    use lazaret::coordinator::store::{GENESIS, v1};
-    let meta = redb::TableDefinition::<&str, u64>::new("meta");
+    use lazaret::coordinator::store::{GENESIS, META, v1};
     let db = redb::Database::create(path).unwrap();
     let tx = db.begin_write().unwrap();
     {
-        tx.open_table(meta)
+        tx.open_table(META)
             .unwrap()
             .insert("schema_version", 1)
             .unwrap();

@@ -19,12 +19,12 @@ use sha2::{Digest, Sha256};
 /// The schema this build writes.
 pub const SCHEMA_VERSION: u64 = 2;
 
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("requests");
 const DECISIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("decisions");
 const SEEN_IDS: TableDefinition<&str, u64> = TableDefinition::new("seen_request_ids");
-const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit_v2");
+pub const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit_v2");
 
 /// The hash before the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
