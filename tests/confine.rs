@@ -69,9 +69,9 @@ fn confined_commands_keep_to_the_workspace() {
     assert!(out.contains("CANARY-SECRET"), "{out}");
 
     let cases: &[(&str, &str)] = &[
-        ("read outside", "cat ../../secret"),
-        ("read through a symlink", "cat out"),
-        ("read the home", "ls \"$HOME\" /root /tmp"),
+        ("read outside", "exec cat ../../secret"),
+        ("read through a symlink", "exec cat out"),
+        ("read the home", "exec ls \"$HOME\" /root /tmp"),
         ("write outside", "echo x > ../../written"),
         ("write a hook", "echo x > ../.git/hooks/pre-commit"),
         ("write a masked folder", "echo x > ../.vscode/tasks.json"),
@@ -80,23 +80,25 @@ fn confined_commands_keep_to_the_workspace() {
         (
             "unix socket",
             &format!(
-                "exec 3<>/dev/null; python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{}\")'",
+                "exec 3<>/dev/null; exec python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{}\")'",
                 sock.display()
             ),
         ),
         (
             "udp",
-            "python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"127.0.0.1\", 9))'",
+            "exec python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"127.0.0.1\", 9))'",
         ),
         (
             "tcp",
-            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), 2)'",
+            "exec python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), 2)'",
         ),
     ];
     for (what, script) in cases {
         let (code, out) = sh(&root, "sub", script, true, false);
         assert_ne!(code, 0, "{what}: {out}");
         assert!(!out.contains("CANARY-SECRET"), "{what}: {out}");
+        // Refused by what is meant, not by the bound on processes.
+        assert!(!out.contains("fork"), "{what}: {out}");
     }
     assert!(!base.join("written").exists());
     assert!(!ws.join(".git/hooks/pre-commit").exists());
@@ -115,11 +117,20 @@ fn confined_commands_keep_to_the_workspace() {
     let (code, out) = sh(&root, "sub", cases[8].1, true, true);
     assert!(code != 0 && out.contains("PermissionError"), "{out}");
 
-    // Inside the workspace, reading and writing work.
+    // (The shell `exec`s each program: a confined command is one process.)
+    // Inside the workspace, reading and writing work, and threads (one
+    // process: the memory bound holds for the whole command).
     let (code, out) = sh(
         &root,
         "sub",
-        "cat file && echo new > made && mkdir -p d/e && echo more >> file && ls /usr/bin/env && date",
+        "exec python3 -c 'import os, threading
+print(open(\"file\").read())
+open(\"made\", \"w\").write(\"new\\n\")
+os.makedirs(\"d/e\")
+open(\"file\", \"a\").write(\"more\\n\")
+os.stat(\"/usr/bin/env\")
+t = threading.Thread(target=lambda: open(\"threaded\", \"w\").write(\"t\"))
+t.start(); t.join()'",
         true,
         false,
     );
@@ -129,6 +140,10 @@ fn confined_commands_keep_to_the_workspace() {
         "new\n"
     );
     assert!(ws.join("sub/d/e").is_dir());
+    assert!(ws.join("sub/threaded").exists());
+    // A new process is refused (a shell's first of two commands forks).
+    let (code, out) = sh(&root, "sub", "/bin/true; /bin/true", true, false);
+    assert!(code != 0 && out.contains("fork"), "{code}: {out}");
 }
 
 #[test]
@@ -310,4 +325,169 @@ fn a_request_that_cannot_be_audited_does_not_run() {
     let r = send("touch audited");
     assert_eq!(r.status, lazaret_escalate::Status::Approved, "{r:?}");
     assert!(ws.join("sub/audited").exists());
+}
+
+/// Runs `program args` in `ws/cwd` under the full confinement.
+fn confined(root: &WorkspaceRoot, cwd: &str, program: &str, args: &[&str]) -> (i32, String) {
+    let pinned = root.pin(Path::new(cwd)).unwrap();
+    let confinement = Confinement {
+        ruleset: root.ruleset(false).unwrap(),
+        seccomp: seccomp(false).unwrap(),
+    };
+    let exec = Exec::Direct {
+        program: program.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = rt
+        .block_on(execute(
+            &exec,
+            &pinned,
+            Some(confinement),
+            ExecLimits::default(),
+        ))
+        .unwrap();
+    (
+        out.code,
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `git status` as the workspace's owner would type it, in `dir`.
+fn git_status(home: &Path, dir: &Path) -> String {
+    let out = std::process::Command::new("/usr/bin/git")
+        .arg("status")
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Issue 26 item 4: what the sandbox sees read-only (every `.git` and
+/// gitfile, here a nested repository's) stays so for a confined `cp`, and
+/// a `.git` folder or gitfile the command makes is quarantined; the user's
+/// next `git status` runs nothing of the agent's.
+#[test]
+fn confined_commands_cannot_plant_git_configuration() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let ws = base.join("ws");
+    let home = base.join("home");
+    for d in [
+        "ws/sub",
+        "ws/fresh",
+        "ws/fresh2",
+        "ws/evil/repo/objects",
+        "ws/evil/repo/refs/heads",
+        "home",
+    ] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    let ran = base.join("canary-ran");
+    let canary = base.join("canary.sh");
+    std::fs::write(&canary, format!("#!/bin/sh\ntouch {}\n", ran.display())).unwrap();
+    std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for repo in [&ws, &ws.join("sub")] {
+        let ok = std::process::Command::new("/usr/bin/git")
+            .args(["init", "-q"])
+            .current_dir(repo)
+            .env("HOME", &home)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let config = format!("[core]\n\tfsmonitor = {}\n", canary.display());
+    std::fs::write(ws.join("evil/config"), &config).unwrap();
+    std::fs::write(ws.join("evil/repo/config"), &config).unwrap();
+    std::fs::write(ws.join("evil/repo/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(ws.join("evil/gitfile"), "gitdir: ../evil/repo\n").unwrap();
+    let before = std::fs::read(ws.join("sub/.git/config")).unwrap();
+    let root = WorkspaceRoot::open(&ws).unwrap();
+
+    // The nested repository's config, hooks and the folder itself.
+    let (code, out) = confined(
+        &root,
+        "",
+        "/usr/bin/cp",
+        &["evil/config", "sub/.git/config"],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    let (code, out) = confined(&root, "sub", "/usr/bin/mkdir", &[".git/hooks/x"]);
+    assert_ne!(code, 0, "{out}");
+    let (code, out) = confined(&root, "", "/usr/bin/mv", &["sub/.git", "sub/.git.old"]);
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(std::fs::read(ws.join("sub/.git/config")).unwrap(), before);
+
+    // New ones: a repository and a gitfile, each quarantined once the
+    // command is over.
+    let (code, out) = confined(&root, "", "/usr/bin/cp", &["-r", "evil/repo", "fresh/.git"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = confined(&root, "fresh2", "/usr/bin/cp", &["../evil/gitfile", ".git"]);
+    assert_eq!(code, 0, "{out}");
+    for d in ["fresh", "fresh2"] {
+        assert!(
+            std::fs::symlink_metadata(ws.join(d).join(".git")).is_err(),
+            "{d}/.git stayed"
+        );
+        let q =
+            std::fs::symlink_metadata(ws.join(d).join(lazaret::coordinator::confine::QUARANTINE))
+                .unwrap();
+        assert_eq!(q.permissions().mode() & 0o7777, 0, "{d}");
+    }
+
+    // What the user does next.
+    for d in ["sub", "fresh", "fresh2", "evil", ""] {
+        let _ = git_status(&home, &ws.join(d));
+    }
+    assert!(!ran.exists(), "the agent's fsmonitor ran on the host");
+    // The control: the same config, where the user wrote it, does run.
+    std::fs::write(
+        ws.join("sub/.git/config"),
+        format!("{}{config}", String::from_utf8_lossy(&before)),
+    )
+    .unwrap();
+    let _ = git_status(&home, &ws.join("sub"));
+    assert!(ran.exists(), "the canary is not a working fsmonitor");
+}
+
+/// Issue 26 item 7: a confined command's memory is the profile's over the
+/// number that may run at once; a `grep` over one long line the agent wrote
+/// stops at that bound (the host never gives it more) and says so.
+#[test]
+fn confined_commands_are_held_to_their_share_of_memory() {
+    use lazaret::coordinator::confine::{AT_ONCE, memory_per_command, set_profile_memory};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    // 160 MiB in one line, no newline: grep holds the whole line.
+    let line = vec![b'a'; 160 << 20];
+    std::fs::write(ws.join("big"), &line).unwrap();
+    drop(line);
+    set_profile_memory(512 << 20);
+    assert_eq!(memory_per_command(), (512 << 20) / AT_ONCE as u64);
+    let root = WorkspaceRoot::open(&ws).unwrap();
+    let start = std::time::Instant::now();
+    let (code, out) = confined(&root, "", "/usr/bin/grep", &["-c", "b", "big"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("memory exhausted"), "{out}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(60));
+    // Within the bound it works.
+    std::fs::write(ws.join("small"), "a\nb\n").unwrap();
+    let (code, out) = confined(&root, "", "/usr/bin/grep", &["-c", "b", "small"]);
+    assert_eq!((code, out.trim()), (0, "1"));
 }

@@ -12,12 +12,24 @@
 //! - **seccomp**: no `socket(AF_UNIX)` (Landlock does not cover connecting
 //!   to a UNIX socket by path: the coordinator's control socket, D-Bus,
 //!   podman's API), no `io_uring` (it creates sockets past seccomp), and
-//!   for entries without network no socket at all (UDP, netlink, raw).
+//!   for entries without network no socket at all (UDP, netlink, raw);
+//!   no new process (threads are allowed), so the memory bound below holds
+//!   for the whole command.
+//! - **its own user and mount namespace** ([`ns`]): every `.git` and gitfile
+//!   of the workspace, `lazaret.toml` and the masked folders bound read-only
+//!   over themselves, as in the sandbox; a `.git` the command made is
+//!   quarantined after it (issue 26 item 4).
+//! - **memory and time**: `RLIMIT_AS` of the profile's memory divided by
+//!   [`AT_ONCE`], the number of confined commands the coordinator runs at
+//!   once (rootless cgroups v1 offer no memory controller; the address
+//!   space bound holds everywhere), and the caller's wall-clock limit
+//!   (issue 26 item 7).
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RestrictionStatus, Ruleset,
@@ -33,6 +45,31 @@ use seccompiler::{
 };
 
 use crate::mounts::MASKED;
+
+mod ns;
+pub use ns::QUARANTINE;
+
+/// Confined commands one coordinator (one domain, all its sessions) runs at
+/// once; one more is refused until one ends. A session's burst of requests
+/// is as large, so everything a session may run at once fits.
+pub const AT_ONCE: usize = 10;
+
+/// The profile's memory, which the confined commands share.
+static PROFILE_MEMORY: AtomicU64 = AtomicU64::new(crate::config::limits::DEFAULT_MEMORY);
+/// Confined commands running now.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the profile's memory limit (bytes), of which each confined command
+/// gets [`memory_per_command`].
+pub fn set_profile_memory(bytes: u64) {
+    PROFILE_MEMORY.store(bytes, Ordering::SeqCst);
+}
+
+/// The address space one confined command may use: the profile's memory
+/// over [`AT_ONCE`], so that all of them at once fit in it.
+pub fn memory_per_command() -> u64 {
+    PROFILE_MEMORY.load(Ordering::SeqCst) / AT_ONCE as u64
+}
 
 /// The Landlock ABI the rulesets are written for (best effort below it:
 /// the parts a kernel lacks are left out, and seccomp still cuts sockets).
@@ -193,8 +230,23 @@ impl WorkspaceRoot {
         Probe { root: self, cwd }
     }
 
+    /// Everything a confined command in this workspace is held to but
+    /// seccomp's socket filter: Landlock, its namespace's view of the
+    /// workspace, the bound on processes.
+    pub fn ruleset(&self, network: bool) -> Result<Rules, String> {
+        let canonical = std::fs::read_link(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+            .map_err(|e| format!("cannot resolve the workspace {}: {e}", self.host.display()))?;
+        let view = ns::View::scan(&canonical, &protected)
+            .map_err(|e| format!("cannot read the workspace {}: {e}", self.host.display()))?;
+        Ok(Rules {
+            landlock: self.landlock(network)?,
+            view,
+            processes: processes()?,
+        })
+    }
+
     /// The Landlock ruleset for a confined command in this workspace.
-    pub fn ruleset(&self, network: bool) -> Result<RulesetCreated, String> {
+    fn landlock(&self, network: bool) -> Result<RulesetCreated, String> {
         let abi = ABI_TARGET;
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
@@ -341,16 +393,85 @@ pub fn seccomp(network: bool) -> Result<BpfProgram, String> {
         .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
+/// A confined command makes no new process: `fork`, `vfork` and a `clone`
+/// without `CLONE_THREAD` fail with EAGAIN (threads share the one address
+/// space `RLIMIT_AS` bounds); `clone3`, whose flags seccomp cannot read,
+/// fails with ENOSYS, so the C library falls back to `clone`.
+fn processes() -> Result<[BpfProgram; 2], String> {
+    use nix::libc;
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let not_thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        0,
+    )
+    .map_err(|e| e.to_string())?;
+    let build = |rules: Vec<(i64, Vec<SeccompRule>)>, errno: i32| -> Result<BpfProgram, String> {
+        SeccompFilter::new(
+            rules.into_iter().collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .map_err(|e| e.to_string())?
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+    };
+    Ok([
+        build(
+            vec![
+                (libc::SYS_fork, vec![]),
+                (libc::SYS_vfork, vec![]),
+                (
+                    libc::SYS_clone,
+                    vec![SeccompRule::new(vec![not_thread]).map_err(|e| e.to_string())?],
+                ),
+            ],
+            libc::EAGAIN,
+        )?,
+        build(vec![(libc::SYS_clone3, vec![])], libc::ENOSYS)?,
+    ])
+}
+
+/// What [`WorkspaceRoot::ruleset`] prepares for one confined command.
+#[derive(Debug)]
+pub struct Rules {
+    landlock: RulesetCreated,
+    view: ns::View,
+    processes: [BpfProgram; 2],
+}
+
 /// Everything the child applies to itself before `execve`.
 #[derive(Debug)]
 pub struct Confinement {
-    pub ruleset: RulesetCreated,
+    pub ruleset: Rules,
     pub seccomp: BpfProgram,
 }
 
-/// Makes `cmd` start in `cwd` (by descriptor) and, with `confine`, under
-/// Landlock and seccomp. The child fails to start (and nothing runs) when
-/// either cannot be applied.
+/// Held while a confined command may run: its place among [`AT_ONCE`],
+/// and, once it is over (dropped with the command, after the caller waited
+/// for it), the quarantine of any `.git` it made.
+struct Running {
+    view: ns::View,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for found in self.view.quarantine_new() {
+            tracing::warn!("{found}");
+            eprintln!("lazaret: {found}");
+        }
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Makes `cmd` start in `cwd` (by descriptor) and, with `confine`, in its
+/// own namespace under Landlock, seccomp and the memory bound. The child
+/// fails to start (and nothing runs) when any of it cannot be applied; a
+/// confined command over [`AT_ONCE`] is refused.
 pub fn prepare(
     cmd: &mut tokio::process::Command,
     cwd: &PinnedDir,
@@ -358,22 +479,61 @@ pub fn prepare(
 ) -> std::io::Result<()> {
     // The hook owns a duplicate, closed in the parent once it is dropped.
     let dir = cwd.fd.try_clone()?;
-    let mut confine = confine;
+    let Some(c) = confine else {
+        let hook = move || -> std::io::Result<()> {
+            nix::unistd::fchdir(&dir)?;
+            Ok(())
+        };
+        // SAFETY: the hook only calls fchdir between fork and exec.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(hook);
+        }
+        return Ok(());
+    };
+    let entry = c.ruleset.view.entry(&dir)?;
+    if RUNNING.fetch_add(1, Ordering::SeqCst) >= AT_ONCE {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        return Err(std::io::Error::other(format!(
+            "{AT_ONCE} confined commands are running already (their memory is shared); try again when one is done"
+        )));
+    }
+    let running = Running {
+        view: c.ruleset.view,
+    };
+    let memory = memory_per_command() as nix::libc::rlim_t;
+    let mut landlock = Some(c.ruleset.landlock);
+    let seccomp = c.seccomp;
+    let processes = c.ruleset.processes;
+    let eperm = || std::io::Error::from_raw_os_error(nix::libc::EPERM);
     let hook = move || -> std::io::Result<()> {
-        nix::unistd::fchdir(&dir)?;
-        if let Some(c) = confine.take() {
-            match c.ruleset.restrict_self() {
-                Ok(s) if s.ruleset != RulesetStatus::NotEnforced => {}
-                _ => return Err(std::io::Error::from_raw_os_error(nix::libc::EPERM)),
-            }
-            seccompiler::apply_filter(&c.seccomp)
-                .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::EPERM))?;
+        // Enters the workspace again in the new namespace, checked to be
+        // the pinned directory.
+        running.view.enter(&entry)?;
+        let _ = &dir;
+        let limit = nix::libc::rlimit {
+            rlim_cur: memory,
+            rlim_max: memory,
+        };
+        // SAFETY: a plain system call on a local structure.
+        #[allow(unsafe_code)]
+        if unsafe { nix::libc::setrlimit(nix::libc::RLIMIT_AS, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Landlock last but seccomp: it also forbids changing the mounts.
+        match landlock.take().map(RulesetCreated::restrict_self) {
+            Some(Ok(s)) if s.ruleset != RulesetStatus::NotEnforced => {}
+            _ => return Err(eperm()),
+        }
+        for f in std::iter::once(&seccomp).chain(processes.iter()) {
+            seccompiler::apply_filter(f).map_err(|_| eperm())?;
         }
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only makes system
-    // calls (fchdir, prctl, landlock_restrict_self, seccomp); the ruleset
-    // and filter were built, and their memory allocated, in the parent.
+    // calls (unshare, open, write, mount calls, fchdir, setrlimit, prctl,
+    // landlock_restrict_self, seccomp); the ruleset, filters, paths and
+    // maps were built, and their memory allocated, in the parent.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
