@@ -168,6 +168,13 @@ impl Gate {
         self.due(&mut r)
     }
 
+    /// The refusals not yet reported, at once (the listener is closing).
+    pub fn last_report(&self) -> Option<Refused> {
+        let mut r = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        r.0 = None;
+        self.due(&mut r)
+    }
+
     fn due(&self, r: &mut (Option<Instant>, u64)) -> Option<Refused> {
         if r.1 == 0 || r.0.is_some_and(|t| t.elapsed() < REPORT_INTERVAL) {
             return None;
@@ -251,7 +258,11 @@ mod tests {
         assert_eq!((first.count, first.total), (1, 1));
         assert!(g.admit().unwrap_err().is_none(), "not again so soon");
         assert!(g.pending_report().is_none());
-        assert_eq!(g.refused(), 2);
+        assert!(g.admit().unwrap_err().is_none());
+        // Closing, what was not reported yet is, at once.
+        assert_eq!(g.last_report().map(|r| (r.count, r.total)), Some((2, 3)));
+        assert!(g.last_report().is_none());
+        assert_eq!(g.refused(), 3);
         assert_eq!(g.held(), 2);
         drop(a);
         assert!(g.admit().is_ok());

@@ -51,6 +51,102 @@ pub fn cert_lifetime() -> Duration {
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The Escalation Socket's name in reports of refused connections.
 pub const ESCALATION_LISTENER: &str = "Escalation Socket";
+/// Refusals audited one by one per [`REFUSAL_WINDOW`] and domain; the
+/// rest are counted by stage and audited as one
+/// `escalation-refused-aggregate` record per window.
+pub const REFUSALS_AUDITED: u32 = 60;
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+/// Bytes of a refusal's error (which may hold the agent's own bytes) that
+/// its audit record keeps, made visible; the record also gives the size.
+pub const REFUSAL_EXCERPT: usize = 200;
+
+/// What an audited refusal keeps of `error`: at most [`REFUSAL_EXCERPT`]
+/// bytes of it (cut at a character boundary), made visible, and its size.
+pub fn excerpt(error: &str) -> (String, usize) {
+    let mut cut = error.len().min(REFUSAL_EXCERPT);
+    while !error.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (
+        lazaret_widgets::visible::visible(&error[..cut]),
+        error.len(),
+    )
+}
+
+/// The bound on a domain's refusal records before they reach the store:
+/// the first [`REFUSALS_AUDITED`] of each [`REFUSAL_WINDOW`] one by one,
+/// then counts by stage, audited once the window has passed.
+#[derive(Debug)]
+pub struct RefusalLimit(Mutex<RefusalWindow>);
+
+#[derive(Debug)]
+struct RefusalWindow {
+    started: Instant,
+    audited: u32,
+    /// Refused past the first ones, by stage.
+    counted: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl RefusalLimit {
+    pub fn new(now: Instant) -> RefusalLimit {
+        RefusalLimit(Mutex::new(RefusalWindow {
+            started: now,
+            audited: 0,
+            counted: Default::default(),
+        }))
+    }
+
+    /// One refusal at `stage`: whether to audit it one by one, and the
+    /// aggregated record of the window before, when one is due.
+    pub fn refuse(&self, stage: &'static str, now: Instant) -> (bool, Option<serde_json::Value>) {
+        let mut w = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let due = w.close(now, false);
+        if w.audited < REFUSALS_AUDITED {
+            w.audited += 1;
+            return (true, due);
+        }
+        *w.counted.entry(stage).or_default() += 1;
+        (false, due)
+    }
+
+    /// The aggregated record of the refusals counted but not audited, once
+    /// their window has passed, or at once with `now_anyway` (the domain
+    /// is going down).
+    pub fn due(&self, now: Instant, now_anyway: bool) -> Option<serde_json::Value> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .close(now, now_anyway)
+    }
+}
+
+impl RefusalWindow {
+    /// Starts a new window when this one has passed (or `force`), and
+    /// gives the aggregated record of what it counted, if anything.
+    fn close(&mut self, now: Instant, force: bool) -> Option<serde_json::Value> {
+        let secs = now.saturating_duration_since(self.started).as_secs();
+        if !force && now.saturating_duration_since(self.started) < REFUSAL_WINDOW {
+            return None;
+        }
+        self.started = now;
+        self.audited = 0;
+        let counted = std::mem::take(&mut self.counted);
+        let refused: u64 = counted.values().sum();
+        if refused == 0 {
+            return None;
+        }
+        let stages: Vec<String> = counted.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        Some(serde_json::json!({
+            "refused": refused,
+            "by_stage": counted,
+            "secs": secs,
+            "message": format!(
+                "{refused} more escalation requests refused in the last {secs} s, by stage: {} (the first {REFUSALS_AUDITED} of each minute are audited one by one)",
+                stages.join(", ")
+            ),
+        }))
+    }
+}
 /// The PATH approved commands run with (decisions.md D5): the classifier's
 /// [`classify::TRUSTED_PATH`], the one list both resolve programs on.
 pub fn trusted_path() -> String {
@@ -234,6 +330,7 @@ pub struct EscalationServer {
     limits: ExecLimits,
     requests: RequestLimits,
     budgets: Mutex<HashMap<String, Budget>>,
+    refusals: RefusalLimit,
     store: Arc<Store>,
     audit: Arc<dyn AuditLog>,
 }
@@ -355,6 +452,7 @@ impl EscalationServer {
             limits: s.limits,
             requests: s.requests,
             budgets: Mutex::new(HashMap::new()),
+            refusals: RefusalLimit::new(Instant::now()),
             store: s.store,
             audit: s.audit,
         })
@@ -421,6 +519,7 @@ impl EscalationServer {
                     if let Some(r) = gate.pending_report() {
                         report(r);
                     }
+                    self.flush_refusals(false);
                 }
             };
             tokio::select! {
@@ -480,6 +579,31 @@ impl EscalationServer {
 
     fn audit(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
         self.audit.append(kind, data)
+    }
+
+    /// Audits a refusal at `stage` within the domain's [`RefusalLimit`],
+    /// keeping only an [`excerpt`] of its `error`.
+    fn refused(&self, stage: &'static str, error: &str, mut data: serde_json::Value) {
+        let (audit_it, due) = self.refusals.refuse(stage, Instant::now());
+        if let Some(aggregate) = due {
+            let _ = self.audit("escalation-refused-aggregate", aggregate);
+        }
+        if audit_it {
+            let (error, bytes) = excerpt(error);
+            data["stage"] = stage.into();
+            data["error"] = error.into();
+            data["error_bytes"] = bytes.into();
+            let _ = self.audit("escalation-refused", data);
+        }
+    }
+
+    /// Audits the refusals counted but not yet audited: once their window
+    /// has passed, or all of them at once with `now_anyway` (the domain
+    /// is going down).
+    pub fn flush_refusals(&self, now_anyway: bool) {
+        if let Some(aggregate) = self.refusals.due(Instant::now(), now_anyway) {
+            let _ = self.audit("escalation-refused-aggregate", aggregate);
+        }
     }
 
     /// Takes one request from the session's rate budget.
@@ -542,10 +666,7 @@ impl EscalationServer {
         {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                let _ = self.audit(
-                    "escalation-refused",
-                    serde_json::json!({ "stage": "tls", "error": e.to_string() }),
-                );
+                self.refused("tls", &e.to_string(), serde_json::json!({}));
                 return;
             }
             Err(_) => return,
@@ -554,10 +675,7 @@ impl EscalationServer {
             match tokio::time::timeout_at(deadline, protocol::read_request_async(&mut tls)).await {
                 Ok(Ok(req)) => req,
                 Ok(Err(e)) => {
-                    let _ = self.audit(
-                        "escalation-refused",
-                        serde_json::json!({ "stage": "decode", "error": e.to_string() }),
-                    );
+                    self.refused("decode", &e.to_string(), serde_json::json!({}));
                     let _ = protocol::write_response_async(
                         &mut tls,
                         &Response::error("", format!("request refused: {e}")),
@@ -596,10 +714,11 @@ impl EscalationServer {
         outcome: &mut Option<serde_json::Value>,
     ) -> Response {
         let id = req.request_id.clone();
-        let refuse = |stage: &str, why: String| {
-            let _ = self.audit(
-                "escalation-refused",
-                serde_json::json!({ "stage": stage, "request_id": id, "session_id": req.session_id, "error": why }),
+        let refuse = |stage: &'static str, why: String| {
+            self.refused(
+                stage,
+                &why,
+                serde_json::json!({ "request_id": id, "session_id": req.session_id }),
             );
             Response::error(&id, format!("request refused: {why}"))
         };
@@ -1102,4 +1221,69 @@ pub async fn execute(
         truncated: t1 || t2,
         timed_out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_audited_one_by_one_then_counted_by_stage() {
+        let t0 = Instant::now();
+        let limit = RefusalLimit::new(t0);
+        for _ in 0..REFUSALS_AUDITED {
+            assert_eq!(limit.refuse("decode", t0), (true, None));
+        }
+        for i in 0..500 {
+            let stage = if i % 2 == 0 { "tls" } else { "decode" };
+            assert_eq!(limit.refuse(stage, t0), (false, None));
+        }
+        // Not before the window has passed...
+        assert_eq!(limit.due(t0 + REFUSAL_WINDOW / 2, false), None);
+        // ...then one record counts them, and a new window starts.
+        let later = t0 + REFUSAL_WINDOW;
+        let (audit_it, due) = limit.refuse("tls", later);
+        assert!(audit_it);
+        let due = due.expect("the aggregate is due");
+        assert_eq!(due["refused"], 500);
+        assert_eq!(
+            due["by_stage"],
+            serde_json::json!({ "decode": 250, "tls": 250 })
+        );
+        assert!(
+            due["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("500 more escalation requests refused in the last 60 s, by stage: decode 250, tls 250"),
+            "{due}"
+        );
+        // Nothing counted, nothing to say; forced (the domain goes down),
+        // what was counted is said at once.
+        assert_eq!(limit.due(later + REFUSAL_WINDOW, false), None);
+        let now = later + REFUSAL_WINDOW;
+        for _ in 0..=REFUSALS_AUDITED {
+            limit.refuse("rate", now);
+        }
+        assert_eq!(
+            limit.due(now, true).unwrap()["by_stage"],
+            serde_json::json!({ "rate": 1 })
+        );
+        assert_eq!(limit.due(now, true), None);
+    }
+
+    #[test]
+    fn a_refusal_keeps_a_short_visible_excerpt() {
+        let hostile = format!(
+            "field `\u{1b}]52;c;{}\u{7}` is invalid",
+            "é".repeat(1 << 19)
+        );
+        let (text, bytes) = excerpt(&hostile);
+        assert_eq!(bytes, hostile.len());
+        assert!(text.starts_with("field `␛]52;c;é"), "{text}");
+        assert!(!text.chars().any(char::is_control), "{text}");
+        // At most the excerpt's bytes of the agent's text (a placeholder
+        // takes a few bytes for one).
+        assert!(text.len() <= REFUSAL_EXCERPT + 8, "{}", text.len());
+        assert_eq!(excerpt("short").0, "short");
+    }
 }

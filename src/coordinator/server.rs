@@ -509,8 +509,15 @@ async fn serve(
     let down = tokio::task::spawn_blocking(move || s2.engine.down(&anchor)).await;
     let _ = stop_sync_tx.send(());
     let _ = stop_watch_tx.send(());
-    if let Some(t) = escalation_task {
+    if let Some((t, server, gate)) = escalation_task {
         t.abort();
+        // Refusals counted but not yet audited are not lost with it.
+        if let Some(r) = gate.last_report() {
+            shared.audit("connections-refused", r.record()).await;
+        }
+        tokio::task::spawn_blocking(move || server.flush_refusals(true))
+            .await
+            .ok();
     }
     let _ = std::fs::remove_file(
         shared
@@ -660,7 +667,11 @@ impl AuditLog for LoggedAudit {
 fn start_escalation(
     shared: &Arc<Shared>,
     cfg: &crate::config::EscalationConfig,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<()>,
+    Arc<EscalationServer>,
+    Arc<Gate>,
+)> {
     let anchor = &shared.resolved.domain;
     let layout = shared.engine.layout(&shared.resolved)?;
     let argvs: Vec<Vec<String>> = cfg.auto_approve.iter().map(|a| a.argv.clone()).collect();
@@ -697,7 +708,11 @@ fn start_escalation(
         super::escalation::ESCALATION_LISTENER,
         shared.budget.escalation,
     );
-    Ok(Arc::new(server).serve_bounded(Arc::new(Directory(shared.clone())), gate)?)
+    let server = Arc::new(server);
+    let task = server
+        .clone()
+        .serve_bounded(Arc::new(Directory(shared.clone())), gate.clone())?;
+    Ok((task, server, gate))
 }
 
 async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
