@@ -3,6 +3,8 @@
 //! `execute`, real files, real sockets. The end-to-end attacks from a
 //! sandbox are in tests/escalation.rs.
 
+mod common;
+
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
@@ -490,4 +492,166 @@ fn confined_commands_are_held_to_their_share_of_memory() {
     std::fs::write(ws.join("small"), "a\nb\n").unwrap();
     let (code, out) = confined(&root, "", "/usr/bin/grep", &["-c", "b", "small"]);
     assert_eq!((code, out.trim()), (0, "1"));
+}
+
+/// `lazaret exec PROFILE -- sh -c SCRIPT`: the agent's shell in a session
+/// that can escalate.
+fn agent(d: &common::sandbox::Domain, script: &str) -> (i32, String, String) {
+    let out = d
+        .cmd_raw(
+            common::STANDARD_PATH,
+            &["exec", d.profile, "--", "sh", "-c", script],
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let (o, e) = common::text(&out);
+    (out.status.code().unwrap_or(-1), o, e)
+}
+
+/// A domain whose auto-approve list also has `cp *`, `mkdir *`, `grep *`.
+fn domain_with_file_tools(profile: &'static str) -> common::sandbox::Domain {
+    let d = common::sandbox::Domain::new(profile);
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        r#""id -un", "pwd"]"#,
+        r#""id -un", "pwd", "cp *", "mkdir *", "grep *"]"#,
+    );
+    assert!(text.contains("\"cp *\""));
+    d.s.write("config.toml", &text);
+    d
+}
+
+/// Issue 26 item 4, as the agent does it: from inside a real sandbox, an
+/// auto-approved `cp` into a nested repository's config (read-only in the
+/// sandbox), and new `.git` folders and gitfiles made by `cp`; then the
+/// user's `git status` in each folder and at the top runs nothing, and the
+/// coordinator's log tells the human what was quarantined.
+fn agent_plants_git_through_confined_commands(profile: &'static str) {
+    use std::os::unix::fs::PermissionsExt;
+    let d = domain_with_file_tools(profile);
+    let ws = d.ws();
+    let ran = d.s.path().join("CANARY-RAN");
+    let canary = d.s.write(
+        "canary.sh",
+        &format!("#!/bin/sh\ntouch {}\n", ran.display()),
+    );
+    std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let user_git = |dir: &Path, args: &[&str]| {
+        let out = common::as_test_user(
+            Path::new("/usr/bin/git"),
+            &common::user_home(),
+            common::STANDARD_PATH,
+            &[],
+        )
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+        common::text(&out)
+    };
+    // The user's own nested repository, there before the domain starts.
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    d.s.chown(&ws.join("sub"));
+    user_git(&ws.join("sub"), &["init", "-q"]);
+    let before = std::fs::read(ws.join("sub/.git/config")).unwrap();
+    let esc = common::ESCALATE;
+    let script = format!(
+        r#"cd /workspace && mkdir -p evil/repo/objects evil/repo/refs/heads fresh fresh2 &&
+printf '[core]\n\tfsmonitor = {canary}\n' > evil/config && cp evil/config evil/repo/config &&
+echo 'ref: refs/heads/main' > evil/repo/HEAD && echo 'gitdir: ../evil/repo' > evil/gitfile &&
+echo x >> sub/.git/config; echo "sandbox=$?"
+{esc} -- cp evil/config sub/.git/config; echo "cp-config=$?"
+{esc} -- mkdir sub/.git/hooks/x; echo "mkdir-hooks=$?"
+{esc} -- cp -r evil/repo fresh/.git; echo "cp-repo=$?"
+{esc} -- cp evil/gitfile fresh2/.git; echo "cp-gitfile=$?"
+"#,
+        canary = canary.display()
+    );
+    let (_, out, err) = agent(&d, &script);
+    eprintln!("{out}{err}");
+    for refused in ["sandbox", "cp-config", "mkdir-hooks"] {
+        assert!(
+            !out.contains(&format!("{refused}=0")),
+            "{refused}: {out}{err}"
+        );
+    }
+    assert!(err.contains("Read-only file system"), "{out}{err}");
+    assert!(
+        out.contains("cp-repo=0") && out.contains("cp-gitfile=0"),
+        "{out}{err}"
+    );
+    assert_eq!(std::fs::read(ws.join("sub/.git/config")).unwrap(), before);
+    for d in ["fresh", "fresh2"] {
+        assert!(
+            std::fs::symlink_metadata(ws.join(d).join(".git")).is_err(),
+            "{d}/.git stayed"
+        );
+        assert!(
+            ws.join(d)
+                .join(lazaret::coordinator::confine::QUARANTINE)
+                .exists()
+        );
+    }
+    // What the user does next.
+    for dir in ["sub", "fresh", "fresh2", ""] {
+        user_git(&ws.join(dir), &["status"]);
+    }
+    assert!(!ran.exists(), "the agent's fsmonitor ran on the host");
+    // The control: the same line, where the user wrote it, does run.
+    std::fs::write(
+        ws.join("sub/.git/config"),
+        format!(
+            "{}[core]\n\tfsmonitor = {}\n",
+            String::from_utf8_lossy(&before),
+            canary.display()
+        ),
+    )
+    .unwrap();
+    user_git(&ws.join("sub"), &["status"]);
+    assert!(ran.exists(), "the canary is not a working fsmonitor");
+    // The human is told, in the coordinator's log.
+    let out = d
+        .cmd_raw(common::STANDARD_PATH, &["logs", d.profile, "-n", "0"])
+        .output()
+        .unwrap();
+    let (log, _) = common::text(&out);
+    for d in ["fresh/.git", "fresh2/.git"] {
+        assert!(
+            log.contains(&format!("a confined command made {d}")),
+            "{d}: {log}"
+        );
+    }
+}
+
+#[test]
+fn agent_plants_git_through_confined_commands_runc() {
+    agent_plants_git_through_confined_commands("rcd");
+}
+
+#[test]
+fn agent_plants_git_through_confined_commands_runsc() {
+    agent_plants_git_through_confined_commands("gvd");
+}
+
+/// Issue 26 item 7, as the agent does it: an auto-approved `grep` over one
+/// line of 450 MiB the agent wrote in the workspace stops at its share of
+/// the profile's memory (the default 4 GiB over 10: 409 MiB) and says so;
+/// the domain and the next command are fine.
+#[test]
+fn agent_memory_hog_through_a_confined_command_stops_at_its_bound() {
+    let d = domain_with_file_tools("rc");
+    let esc = common::ESCALATE;
+    let script = format!(
+        "cd /workspace && head -c 471859200 /dev/zero | tr '\\0' a > big && {esc} -- grep -c b big; echo \"grep=$?\"; rm -f big; {esc} -- true; echo \"after=$?\""
+    );
+    let start = std::time::Instant::now();
+    let (_, out, err) = agent(&d, &script);
+    eprintln!("{out}{err}");
+    assert!(out.contains("grep=2"), "{out}{err}");
+    assert!(err.contains("memory exhausted"), "{out}{err}");
+    assert!(out.contains("after=0"), "{out}{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(240));
 }
