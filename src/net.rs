@@ -73,7 +73,46 @@ pub fn save_live(domain_root: &Path, spec: &PolicySpec) -> Result<(), NetError> 
         path: path.clone(),
         error,
     })?;
-    std::fs::write(&path, spec.to_json()).map_err(|error| NetError::Io { path, error })
+    // Atomic: a reader never sees half a policy (and falls back to the
+    // configuration).
+    crate::rundir::write_private(&path, spec.to_json().as_bytes())
+        .map_err(|error| NetError::Io { path, error })
+}
+
+/// Held while a domain's live policy is changed, or compared with the
+/// sidecar's table: one change at a time (two at once could lose one), and
+/// a comparison never pairs the table of one moment with the saved policy
+/// of another (which read as "differs" while a change was being made).
+pub fn lock_live_policy(domain_root: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, NetError> {
+    let path = domain_root.join("policy.lock");
+    let io = |error| NetError::Io {
+        path: path.clone(),
+        error,
+    };
+    std::fs::create_dir_all(domain_root).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| io(std::io::Error::from(errno)))
+}
+
+/// The sidecar's table and whether it is the domain's policy in force,
+/// read under [`lock_live_policy`].
+pub fn show_in_force(
+    podman: &Podman,
+    sidecar: &str,
+    domain_root: &Path,
+    configured: &PolicySpec,
+) -> Result<(TableReport, Policy, bool), NetError> {
+    let _held = lock_live_policy(domain_root)?;
+    let policy = policy(effective_spec(domain_root, configured))?;
+    let report = show(podman, sidecar, Some(&policy))?;
+    let in_force = in_force(&report, &policy);
+    Ok((report, policy, in_force))
 }
 
 /// Whether the running domain's user-mode network offers the host's
@@ -228,6 +267,7 @@ pub fn change(
     allow: bool,
     origin: &str,
 ) -> Result<(PolicySpec, TableReport), NetError> {
+    let _held = lock_live_policy(domain_root)?;
     let mut spec = effective_spec(domain_root, configured);
     match target {
         Target::Net(net) => {

@@ -116,6 +116,37 @@ fn live_policy(profile: &'static str) {
     drop(listener);
 }
 
+/// One change at a time (decisions.md D14): eight `net allow`s from eight
+/// terminals at once each land, and the table read meanwhile is never
+/// taken for one that differs from the policy.
+#[test]
+fn changes_at_once_are_all_kept() {
+    let d = Domain::new("netrc");
+    d.up();
+    std::thread::scope(|scope| {
+        for i in 1..=8 {
+            let d = &d;
+            scope.spawn(move || net(d, &["allow", &format!("192.0.2.{i}/32")]));
+        }
+        scope.spawn(|| {
+            for _ in 0..4 {
+                let out = d.cmd(STANDARD_PATH, &["net", "show"]).output().unwrap();
+                let (_, err) = text(&out);
+                assert!(!err.contains("differs"), "{err}");
+            }
+        });
+    });
+    let show = net(&d, &["show"]);
+    for i in 1..=8 {
+        assert!(
+            show.contains(&format!("192.0.2.{i}/32")),
+            "lost 192.0.2.{i}:\n{show}"
+        );
+    }
+    d.down();
+    d.assert_gone();
+}
+
 #[test]
 fn live_policy_under_runsc() {
     live_policy("net");

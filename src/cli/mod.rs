@@ -863,16 +863,19 @@ fn net_command(explicit: Option<PathBuf>, env: &dyn HostEnv, cmd: &NetCommand) -
             return Ok(ExitCode::SUCCESS);
         }
         NetCommand::Show { json, .. } => {
-            let policy = net::policy(spec)?;
-            let report = net::show(&podman, &sidecar, Some(&policy)).with_context(|| {
-                format!("cannot read the sidecar {sidecar}; is the domain up? (lazaret status)")
-            })?;
+            let (report, _, in_force) =
+                net::show_in_force(&podman, &sidecar, &domain_root, &resolved.network)
+                    .with_context(|| {
+                        format!(
+                            "cannot read the sidecar {sidecar}; is the domain up? (lazaret status)"
+                        )
+                    })?;
             if *json {
                 print_out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
             } else {
                 print_out(&report.to_string())?;
             }
-            if !net::in_force(&report, &policy) {
+            if !in_force {
                 eprintln!("lazaret: warning: the live table differs from the policy");
             }
             return Ok(ExitCode::SUCCESS);

@@ -99,11 +99,10 @@ pub fn network_table(
             .map_err(|e| e.to_string())?
         }
         None => {
-            let policy = net::policy(net::effective_spec(root, &launch.network))
-                .map_err(|e| e.to_string())?;
-            let mut report =
-                net::show(&podman, &sidecar, Some(&policy)).map_err(|e| e.to_string())?;
-            if !net::in_force(&report, &policy) {
+            let (mut report, _, in_force) =
+                net::show_in_force(&podman, &sidecar, root, &launch.network)
+                    .map_err(|e| e.to_string())?;
+            if !in_force {
                 report.warnings.push(
                     "!! the sidecar's live table differs from the policy: check `lazaret net show`"
                         .into(),
