@@ -120,6 +120,7 @@ pub fn probe() -> Support {
         ruleset.restrict_self().map_err(|e| e.to_string())
     });
     match t.join() {
+        Ok(Ok(_)) if let Err(why) = ns::probe() => Support::Missing(why),
         Ok(Ok(status)) => match (status.ruleset, status.landlock) {
             (
                 RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced,

@@ -136,23 +136,7 @@ impl View {
         // SAFETY: plain system calls on buffers that outlive them.
         #[allow(unsafe_code)]
         unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Err(last());
-            }
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", &entry.uid_map)?;
-            write_file(c"/proc/self/gid_map", &entry.gid_map)?;
-            // Nothing of this namespace propagates back to the host.
-            if libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(last());
-            }
+            own_namespaces(&entry.uid_map, &entry.gid_map)?;
             let root = libc::open(
                 self.root.as_ptr(),
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
@@ -279,6 +263,33 @@ fn quarantine(
         return Ok(to);
     }
     Err(io::Error::other("no free quarantine name"))
+}
+
+/// A new user namespace (the caller's own ids mapped to themselves, so
+/// nothing gains a capability on the host's files) and mount namespace whose
+/// mounts propagate nowhere. Only system calls: safe between fork and exec.
+fn own_namespaces(uid_map: &[u8], gid_map: &[u8]) -> io::Result<()> {
+    // SAFETY: plain system calls on live buffers.
+    #[allow(unsafe_code)]
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", uid_map)?;
+        write_file(c"/proc/self/gid_map", gid_map)?;
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// A descriptor closed on drop (no allocation).
@@ -422,4 +433,48 @@ fn bind_read_only(fd: libc::c_int) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a child can enter a namespace like a confined command's (a new
+/// user and mount namespace, a read-only bind over `/usr`): `Err` says why
+/// not (e.g. unprivileged user namespaces turned off or stripped of their
+/// capabilities by the distribution).
+pub fn probe() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let uid_map = format!("{uid} {uid} 1\n").into_bytes();
+    let gid_map = format!("{gid} {gid} 1\n").into_bytes();
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let hook = move || -> io::Result<()> {
+        // SAFETY: plain system calls on buffers built in the parent.
+        #[allow(unsafe_code)]
+        unsafe {
+            own_namespaces(&uid_map, &gid_map)?;
+            let fd = libc::open(
+                c"/usr".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = Fd(fd);
+            bind_read_only(fd.0)
+        }
+    };
+    // SAFETY: the hook only makes system calls (see above).
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("a namespace test exited with {s}")),
+        Err(e) => Err(format!(
+            "a confined command's own user and mount namespace cannot be made ({e}); unprivileged user namespaces must be allowed"
+        )),
+    }
 }
