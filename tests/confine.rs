@@ -362,6 +362,27 @@ fn confined(root: &WorkspaceRoot, cwd: &str, program: &str, args: &[&str]) -> (i
     )
 }
 
+/// Runs the test `name` alone in a child process of this test binary (it
+/// changes process-wide state: the memory share, the running count), and
+/// returns `true` in that child.
+fn alone(name: &str) -> bool {
+    if std::env::var_os("LAZARET_CONFINE_ALONE").is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("LAZARET_CONFINE_ALONE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
 /// `git status` as the workspace's owner would type it, in `dir`.
 fn git_status(home: &Path, dir: &Path) -> String {
     let out = std::process::Command::new("/usr/bin/git")
@@ -473,6 +494,9 @@ fn confined_commands_cannot_plant_git_configuration() {
 /// stops at that bound (the host never gives it more) and says so.
 #[test]
 fn confined_commands_are_held_to_their_share_of_memory() {
+    if !alone("confined_commands_are_held_to_their_share_of_memory") {
+        return;
+    }
     use lazaret::coordinator::confine::{AT_ONCE, memory_per_command, set_profile_memory};
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
@@ -654,4 +678,56 @@ fn agent_memory_hog_through_a_confined_command_stops_at_its_bound() {
     assert!(err.contains("memory exhausted"), "{out}{err}");
     assert!(out.contains("after=0"), "{out}{err}");
     assert!(start.elapsed() < std::time::Duration::from_secs(240));
+}
+
+/// Issue 26 item 7: the memory share holds because no more than
+/// [`AT_ONCE`] confined commands run at once; one more is refused with the
+/// reason, and runs again once they are done.
+#[test]
+fn no_more_than_at_once_confined_commands_run_together() {
+    if !alone("no_more_than_at_once_confined_commands_run_together") {
+        return;
+    }
+    use lazaret::coordinator::confine::AT_ONCE;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let root = Arc::new(WorkspaceRoot::open(&dir.path().canonicalize().unwrap()).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let run = |root: Arc<WorkspaceRoot>, secs: &'static str| async move {
+        let pinned = root.pin(Path::new("")).unwrap();
+        let c = Confinement {
+            ruleset: root.ruleset(false).unwrap(),
+            seccomp: seccomp(false).unwrap(),
+        };
+        let exec = Exec::Direct {
+            program: "/usr/bin/sleep".into(),
+            args: vec![secs.into()],
+        };
+        execute(&exec, &pinned, Some(c), ExecLimits::default()).await
+    };
+    let results = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..AT_ONCE + 3 {
+            tasks.push(tokio::spawn(run(root.clone(), "3")));
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    let ran = results.iter().filter(|r| r.is_ok()).count();
+    let refused: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(ran <= AT_ONCE, "{ran} ran at once");
+    assert!(refused.len() >= 3, "{results:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e.contains("confined commands are running already")),
+        "{refused:?}"
+    );
+    // Their places are free again.
+    let again = rt.block_on(run(root, "0")).unwrap();
+    assert_eq!(again.code, 0);
 }
