@@ -16,9 +16,10 @@
 //!   no new process (threads are allowed), so the memory bound below holds
 //!   for the whole command.
 //! - **its own user and mount namespace** ([`ns`]): every `.git` and gitfile
-//!   of the workspace, `lazaret.toml` and the masked folders bound read-only
-//!   over themselves, as in the sandbox; a `.git` the command made is
-//!   quarantined after it (issue 26 item 4).
+//!   of the workspace, nested ones too, bound read-only over itself, as in
+//!   the sandbox (no Landlock rule can take a right back below a folder it
+//!   grants); a `.git` the command made is quarantined after it (issue 26
+//!   item 4).
 //! - **memory and time**: `RLIMIT_AS` of the profile's memory divided by
 //!   [`AT_ONCE`], the number of confined commands the coordinator runs at
 //!   once (rootless cgroups v1 offer no memory controller; the address
@@ -237,7 +238,7 @@ impl WorkspaceRoot {
     pub fn ruleset(&self, network: bool) -> Result<Rules, String> {
         let canonical = std::fs::read_link(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
             .map_err(|e| format!("cannot resolve the workspace {}: {e}", self.host.display()))?;
-        let view = ns::View::scan(&canonical, &protected)
+        let view = ns::View::scan(&canonical)
             .map_err(|e| format!("cannot read the workspace {}: {e}", self.host.display()))?;
         Ok(Rules {
             landlock: self.landlock(network)?,
@@ -496,7 +497,7 @@ pub fn prepare(
     if RUNNING.fetch_add(1, Ordering::SeqCst) >= AT_ONCE {
         RUNNING.fetch_sub(1, Ordering::SeqCst);
         return Err(std::io::Error::other(format!(
-            "{AT_ONCE} confined commands are running already (their memory is shared); try again when one is done"
+            "too many requests running at once: {AT_ONCE} confined commands are running already (they share the profile's memory); try again when one is done"
         )));
     }
     let running = Running {

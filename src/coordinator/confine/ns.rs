@@ -6,10 +6,11 @@
 //! Landlock grants by hierarchy: a right on `sub` covers `sub/.git`, and no
 //! rule can take it back. So the command runs in its own user and mount
 //! namespace (made in the child between `fork` and `execve`, before
-//! Landlock) in which every `.git` folder and gitfile of the workspace, the
-//! top-level `lazaret.toml` and the masked folders that exist are bound
-//! read-only over themselves, as the sandbox's mount table does
-//! (`git_sentry::WorkspaceLayout::mounts`). The binds live and die with the
+//! Landlock) in which every `.git` folder and gitfile of the workspace is
+//! bound read-only over itself, as the sandbox's mount table does
+//! (`git_sentry::WorkspaceLayout::mounts`); the top-level `lazaret.toml` and
+//! masked folders, which no folder's right covers, stay Landlock's (refused
+//! with EACCES). The binds live and die with the
 //! command's namespace: nothing is mounted on the host. Landlock then
 //! forbids the command to change the mount table.
 //!
@@ -65,32 +66,24 @@ fn id(st: &nix::sys::stat::FileStat) -> Id {
 }
 
 impl View {
-    /// Scans the workspace at `canonical`: every `.git` entry (not entered)
-    /// and the top-level entries in `protected_top`.
-    pub fn scan(canonical: &Path, protected_top: &dyn Fn(&OsStr) -> bool) -> io::Result<View> {
+    /// Scans the workspace at `canonical` for every `.git` entry (not
+    /// entered).
+    pub fn scan(canonical: &Path) -> io::Result<View> {
         let root_st = nix::sys::stat::lstat(canonical)?;
         let mut guards = Vec::new();
         let mut git_before = HashSet::new();
         nofollow::walk(canonical, &mut |rel, st, _, name| {
-            let kind = nofollow::kind(st);
-            let is_git = name == OsStr::new(".git");
-            if is_git {
-                git_before.insert(id(st));
+            if name != OsStr::new(".git") {
+                return Descend::Yes;
             }
-            let top = rel.parent() == Some(Path::new(""));
-            let bindable =
-                kind == nix::sys::stat::SFlag::S_IFDIR || kind == nix::sys::stat::SFlag::S_IFREG;
-            if bindable
-                && (is_git || top && protected_top(name))
+            git_before.insert(id(st));
+            let kind = nofollow::kind(st);
+            if (kind == nix::sys::stat::SFlag::S_IFDIR || kind == nix::sys::stat::SFlag::S_IFREG)
                 && let Ok(c) = CString::new(rel.as_os_str().as_bytes())
             {
                 guards.push(Guard { rel: c, id: id(st) });
             }
-            if is_git || top && protected_top(name) {
-                Descend::No
-            } else {
-                Descend::Yes
-            }
+            Descend::No
         })?;
         Ok(View {
             root: CString::new(canonical.as_os_str().as_bytes())
