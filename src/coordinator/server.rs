@@ -674,6 +674,8 @@ fn start_escalation(
 )> {
     let anchor = &shared.resolved.domain;
     let layout = shared.engine.layout(&shared.resolved)?;
+    // Confined commands share the profile's memory (issue 26 item 7).
+    confine::set_profile_memory(shared.resolved.profile.limits.memory);
     let argvs: Vec<Vec<String>> = cfg.auto_approve.iter().map(|a| a.argv.clone()).collect();
     let network: Vec<Vec<String>> = cfg
         .auto_approve
