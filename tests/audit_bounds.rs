@@ -14,7 +14,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,38 +73,6 @@ fn send_frame(
     .is_some()
 }
 
-/// `lazaret exec PROFILE -- sh -c SCRIPT` as a new session:
-/// (exit code, stdout, stderr).
-fn exec(d: &Domain, script: &str) -> (i32, String, String) {
-    let out = d
-        .cmd_raw(
-            STANDARD_PATH,
-            &["exec", d.profile, "--", "sh", "-c", script],
-        )
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (o, e) = text(&out);
-    (out.status.code().unwrap_or(-1), o, e)
-}
-
-/// A session that holds the domain up.
-fn hold_up(d: &Domain) -> Child {
-    let child = d
-        .cmd_raw(STANDARD_PATH, &["exec", d.profile, "--", "sleep", "600"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while d.containers().len() < 2 || d.sh("true").0 != 0 {
-        assert!(Instant::now() < deadline, "the domain never came up");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    child
-}
-
 /// Every string in `v`, keys included.
 fn strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
     match v {
@@ -128,7 +96,7 @@ fn bytes_of(records: &[serde_json::Value]) -> usize {
 fn refusals_flood(profile: &'static str) {
     let started = Instant::now();
     let d = Domain::new(profile);
-    let holder = hold_up(&d);
+    let holder = d.hold_up();
     let store = d.domain_root().join("state.redb");
     let before = d.audit_json();
     let store_before = std::fs::metadata(&store).unwrap().len();
@@ -179,7 +147,7 @@ fn refusals_flood(profile: &'static str) {
     eprintln!("{profile}: {HANDSHAKES} handshakes closed at {flood_secs} s");
 
     // What the user does next: a legitimate escalation works.
-    let (code, out, err) = exec(&d, &format!("{ESC} -- echo escalated-after-the-flood"));
+    let (code, out, err) = d.exec_sh(&format!("{ESC} -- echo escalated-after-the-flood"));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("escalated-after-the-flood"), "{out}{err}");
     let _ = holder_end(holder);

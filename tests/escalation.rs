@@ -24,19 +24,6 @@ use lazaret_escalate::rustls::pki_types::{CertificateDer, UnixTime};
 use lazaret_escalate::signing::{self, SessionKey};
 use lazaret_escalate::trust::{self, SandboxIdentity, TrustAnchor};
 
-fn exec(d: &Domain, script: &str) -> (i32, String, String) {
-    let out = d
-        .cmd_raw(
-            STANDARD_PATH,
-            &["exec", d.profile, "--", "sh", "-c", script],
-        )
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (o, e) = text(&out);
-    (out.status.code().unwrap_or(-1), o, e)
-}
-
 fn holder(d: &Domain) -> Child {
     holder_env(d, &[])
 }
@@ -68,20 +55,18 @@ fn auto_approved_commands_run_on_the_host() {
     let ws = d.ws();
     // Output and exit code come back; the command ran in the host folder
     // behind /workspace (direct mode here: the workspace itself).
-    let (code, out, err) = exec(
-        &d,
-        &format!("cd /workspace && {ESC} --justify 'check the host' -- pwd"),
-    );
+    let (code, out, err) = d.exec_sh(&format!(
+        "cd /workspace && {ESC} --justify 'check the host' -- pwd"
+    ));
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), ws.display().to_string());
-    let (code, _, err) = exec(
-        &d,
-        &format!("cd /workspace && {ESC} -- ls nonexistent-lazaret-path"),
-    );
+    let (code, _, err) = d.exec_sh(&format!(
+        "cd /workspace && {ESC} -- ls nonexistent-lazaret-path"
+    ));
     assert_eq!(code, 2, "ls's own exit code: {err}");
     assert!(err.contains("No such file or directory"), "{err}");
     // The sandbox learns what the host ran as: a host user, not root.
-    let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
+    let (code, out, err) = d.exec_sh(&format!("{ESC} -- id -un"));
     assert_eq!(code, 0, "{out}{err}");
     let expected = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
@@ -90,12 +75,12 @@ fn auto_approved_commands_run_on_the_host() {
     assert_eq!(out.trim(), expected);
     // Nobody at a terminal: what needs a human is denied, with the reason.
     let canary = d.s.path().join("canary-nohuman");
-    let (code, _, err) = exec(&d, &format!("{ESC} -- /usr/bin/touch {}", canary.display()));
+    let (code, _, err) = d.exec_sh(&format!("{ESC} -- /usr/bin/touch {}", canary.display()));
     assert_eq!(code, 77, "{err}");
     assert!(err.contains("no human is attached"), "{err}");
     assert!(!canary.exists());
     // The guide is there, and its path in the environment.
-    let (code, out, _) = exec(&d, "cat \"$LAZARET_GUIDE\" | head -5");
+    let (code, out, _) = d.exec_sh("cat \"$LAZARET_GUIDE\" | head -5");
     assert_eq!(code, 0);
     assert!(out.to_lowercase().contains("lazaret"), "{out}");
     // Every request and decision is in the audit chain.
@@ -171,23 +156,20 @@ fn metacharacters_never_auto_approve_from_inside_the_sandbox() {
     for (cmd, canary) in &cases {
         // The single-string form sends the command as written.
         let script = format!("{ESC} --justify adversarial {}", common::shell_quote(cmd));
-        let (code, _, err) = exec(&d, &script);
+        let (code, _, err) = d.exec_sh(&script);
         assert_eq!(code, 77, "`{}` was not denied: {err}", cmd.escape_debug());
         assert!(!Path::new(canary).exists(), "`{}` ran", cmd.escape_debug());
     }
     // NUL cannot even be sent (argv strings); the client refuses it.
     // cwd outside /workspace: refused before anything is judged.
     let canary = dir.join("cwd");
-    let (code, _, err) = exec(
-        &d,
-        &format!("cd /tmp && {ESC} -- touch {}", canary.display()),
-    );
+    let (code, _, err) = d.exec_sh(&format!("cd /tmp && {ESC} -- touch {}", canary.display()));
     assert_eq!(code, 70, "{err}");
     assert!(err.contains("outside"), "{err}");
     assert!(!canary.exists());
     // A prefix entry with extra words inside the workspace still runs.
     d.s.mkdir("ws/sub");
-    let (code, _, err) = exec(&d, &format!("cd /workspace/sub && {ESC} -- touch ok"));
+    let (code, _, err) = d.exec_sh(&format!("cd /workspace/sub && {ESC} -- touch ok"));
     assert_eq!(code, 0, "{err}");
     assert!(
         d.ws().join("sub/ok").exists(),
@@ -872,7 +854,7 @@ fn auto_approved_commands_cannot_reach_outside_the_workspace() {
         ],
     );
     let h = holder(&d);
-    let run = |script: &str| exec(&d, &format!("cd /workspace && {script}"));
+    let run = |script: &str| d.exec_sh(&format!("cd /workspace && {script}"));
     // Symlinks the agent plants in the workspace, pointing out (they
     // resolve on the host, next to the workspace).
     let (code, _, err) = run("ln -s ../secret link && ln -s .. up && ln -s / root");
@@ -985,7 +967,7 @@ fn a_flood_of_requests_is_refused_beyond_the_limits() {
          echo ok=$(cat /tmp/code* | grep -cx 0) limited=$(cat /tmp/err* | grep -c 'too many requests') secs=$(($(date +%s) - start)); \
          cat /tmp/err* | grep -m1 'too many'"
     );
-    let (code, out, err) = exec(&d, &script);
+    let (code, out, err) = d.exec_sh(&script);
     assert_eq!(code, 0, "{out}{err}");
     let counts: Vec<u32> = out
         .split_whitespace()
@@ -1283,7 +1265,7 @@ fn certificates_are_renewed_before_they_expire(profile: &'static str) {
     );
     ran_as_user(c.send(&c.request("id -un")).expect("an answer"));
     // The real client in the sandbox reads the renewed files.
-    let (code, out, err) = exec(&d, &format!("{ESC} -- id -un"));
+    let (code, out, err) = d.exec_sh(&format!("{ESC} -- id -un"));
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(out.trim(), user);
     // Renewals go on: three of them in the audit (each attempt leaves a

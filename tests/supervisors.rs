@@ -135,23 +135,6 @@ fn session(d: &Domain, script: &str, secs: u64) -> Option<(i32, String, String)>
     }
 }
 
-/// A session that holds the domain up for the whole test.
-fn hold_up(d: &Domain) -> Child {
-    let child = d
-        .cmd_raw(STANDARD_PATH, &["exec", d.profile, "--", "sleep", "600"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while d.containers().len() < 2 || d.sh("true").0 != 0 || d.status().is_none() {
-        assert!(Instant::now() < deadline, "the domain never came up");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    child
-}
-
 fn coordinator_pid(d: &Domain) -> i32 {
     let status = d.status().expect("the domain is listed");
     i32::try_from(
@@ -183,7 +166,7 @@ fn escalation_flood(profile: &'static str) {
     let _one = one_at_a_time();
     let started = Instant::now();
     let d = Domain::new(profile);
-    let holder = hold_up(&d);
+    let holder = d.hold_up();
     let pid = coordinator_pid(&d);
     let before = descriptors(pid).unwrap();
     eprintln!(
@@ -379,7 +362,7 @@ fn resolver_flood(profile: &'static str, runtime: &str) {
         "[profiles.{profile}]\nimage = \"{}\"\nruntime = \"{runtime}\"\n",
         common::sandbox::BASE_IMAGE
     ));
-    let holder = hold_up(&d);
+    let holder = d.hold_up();
     let idle = sidecar_threads(&d);
     eprintln!(
         "{profile}: up at {:?}; the sidecar runs {idle} threads",
@@ -476,7 +459,7 @@ fn blind_watchdog(profile: &'static str) {
     }
     let _one = one_at_a_time();
     let d = Domain::new(profile);
-    let holder = hold_up(&d);
+    let holder = d.hold_up();
     let pid = coordinator_pid(&d);
     let sandbox = d.sandbox();
     let limit = lowest_free(pid);

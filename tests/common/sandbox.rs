@@ -276,6 +276,40 @@ workspace_mode = "direct"
         (out.status.code().unwrap_or(-1), o, e)
     }
 
+    /// `lazaret exec PROFILE -- sh -c SCRIPT` as a new session:
+    /// (exit code, stdout, stderr).
+    pub fn exec_sh(&self, script: &str) -> (i32, String, String) {
+        let out = self
+            .cmd_raw(
+                STANDARD_PATH,
+                &["exec", self.profile, "--", "sh", "-c", script],
+            )
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let (o, e) = text(&out);
+        (out.status.code().unwrap_or(-1), o, e)
+    }
+
+    /// A session that holds the domain up until it is killed; returned
+    /// once the domain is up, listed and runs commands.
+    pub fn hold_up(&self) -> std::process::Child {
+        use std::process::Stdio;
+        let child = self
+            .cmd_raw(STANDARD_PATH, &["exec", self.profile, "--", "sleep", "600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.containers().len() < 2 || self.sh("true").0 != 0 || self.status().is_none() {
+            assert!(Instant::now() < deadline, "the domain never came up");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        child
+    }
+
     /// Containers of this domain that podman still knows.
     pub fn containers(&self) -> Vec<String> {
         containers_of(&self.hash)
