@@ -197,3 +197,76 @@ fn memory_hog_and_process_flood_are_stopped_under_runsc() {
 fn memory_hog_and_process_flood_are_stopped_under_runc() {
     limits_hold("lrc", "runc");
 }
+
+/// Host files a process of the container `id` holds for gVisor's root
+/// overlay (`.gvisor.filestore.<id>`, on the host's disk).
+fn filestores_of(id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let t = target.to_string_lossy();
+                if t.contains(&format!(".gvisor.filestore.{id}")) {
+                    found.push(t.into_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Under gVisor the root file system's writes (`/var/tmp`, `/root`,
+/// `/opt`) live in the sandbox's memory and count against its limit: no
+/// file on the host's disk backs them, and 600 MiB written to `/var/tmp`
+/// with a 256 MiB limit stop the sandbox (issue 26 item 8).
+#[test]
+fn root_filesystem_writes_count_against_memory_under_runsc() {
+    let profile = "lrw";
+    let d = Domain::new(profile);
+    d.add_config(&format!(
+        "[profiles.{profile}]\nimage = \"{}\"\nruntime = \"runsc\"\n{LIMITS}\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    let mut holder = hold_up(&d);
+    wait_up(&d);
+    let id = text(&podman(&["inspect", "--format", "{{.Id}}", &d.sandbox()]))
+        .0
+        .trim()
+        .to_string();
+    assert_eq!(id.len(), 64, "no container id: {id:?}");
+    // A small write works and stays (the positive control) ...
+    let (code, out, err) =
+        d.sh("head -c 8388608 /dev/zero > /var/tmp/small && wc -c < /var/tmp/small");
+    assert_eq!((code, out.trim()), (0, "8388608"), "{err}");
+    // ... and no host file holds it.
+    assert_eq!(filestores_of(&id), Vec::<String>::new());
+
+    let started = Instant::now();
+    let (code, out, err) = d.sh(
+        "for i in $(seq 600); do head -c 1048576 /dev/zero >> /var/tmp/fill || break; sleep 0.01; done; wc -c < /var/tmp/fill",
+    );
+    eprintln!(
+        "fill: exit {code} after {:?}: {} {}",
+        started.elapsed(),
+        out.trim(),
+        err.trim()
+    );
+    let held: u64 = out.trim().parse().unwrap_or(0);
+    assert!(
+        code != 0 || held < 256 * 1024 * 1024,
+        "the root file system took {held} bytes under a 256 MiB limit: {code} {out} {err}"
+    );
+    // The watchdog stopped the sandbox and said so.
+    d.wait_until_gone();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    host_is_fine();
+    let kinds = audit_kinds(&d);
+    assert!(
+        kinds.iter().any(|k| k == "limit-memory"),
+        "no limit-memory record in the audit: {kinds:?}"
+    );
+}

@@ -197,7 +197,23 @@ fn escalation_flood(profile: &'static str) {
     };
     let (flood, line) = attack(&d, &script, "OPEN ");
     eprintln!("{profile}: the agent: {line} at {:?}", started.elapsed());
-    std::thread::sleep(Duration::from_secs(1));
+    // The barrier: the coordinator's first refusal is audited at once, when
+    // its bound is full; the watch goes on until then, so the most it saw
+    // is what the flood made it hold, not what it had accepted so far.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !d
+        .audit_json()
+        .iter()
+        .any(|r| r["kind"] == "connections-refused" && r["data"]["listener"] == "Escalation Socket")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator refused nothing within 60 s of {line}:\n{}",
+            log_of(&d)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     watch.0.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = watch.1.join().unwrap();
     eprintln!(

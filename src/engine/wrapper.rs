@@ -47,6 +47,13 @@ fn runsc_flags(help: &str) -> Result<Vec<&'static str>, WrapperError> {
     if has("-directfs") {
         flags.push("--directfs=false");
     }
+    // The root file system's writes (`/root`, `/opt`, `/var/tmp`) go to
+    // gVisor's memory, where the watchdog counts them against the memory
+    // limit; the default (`root:self`) keeps them in a file on the host's
+    // disk that no limit counts (issue 26 item 8).
+    if has("-overlay2") {
+        flags.push("--overlay2=root:memory");
+    }
     // gVisor applies the OCI seccomp profile (refusing set-user-ID bits
     // and device nodes, decisions.md D8) only when asked.
     if has("-oci-seccomp") {
@@ -109,14 +116,15 @@ mod tests {
 
     #[test]
     fn picks_the_host_uds_flag_this_runsc_has() {
-        let new = "  -host-uds value\n  -ignore-cgroups\n  -directfs\n";
+        let new = "  -host-uds value\n  -ignore-cgroups\n  -directfs\n  -overlay2 value\n";
         assert_eq!(
             runsc_flags(new).unwrap(),
             vec![
                 "--ignore-cgroups",
                 "--network=host",
                 "--host-uds=open",
-                "--directfs=false"
+                "--directfs=false",
+                "--overlay2=root:memory"
             ]
         );
         let old = "  -fsgofer-host-uds\n";
