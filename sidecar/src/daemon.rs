@@ -18,7 +18,7 @@ use lazaret_sidecar::report::{NameEntry, RefusedName, TableReport};
 use nix::sys::signal::SigSet;
 
 use crate::error::{Context, Error, Result};
-use crate::rtnl::Netlink;
+use crate::rtnl::{Deny, Netlink};
 use crate::{Failure, Options, enforce, print_report, wait_for_signal};
 
 /// The mark the resolver's own upstream sockets carry (SO_MARK needs
@@ -34,15 +34,17 @@ const REFUSED_KEPT: usize = 256;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub control: Option<String>,
-    pub resolver: Option<SocketAddr>,
+    pub resolver: Vec<SocketAddr>,
     pub upstream: SocketAddr,
+    /// Router mode (`--link`).
+    pub link: bool,
     pub ttl_floor: Duration,
     pub ttl_cap: Duration,
 }
 
 impl Settings {
     pub fn from_options(o: &Options) -> Result<Settings, Failure> {
-        if o.resolver.is_some() && o.upstream.is_none() {
+        if !o.resolver.is_empty() && o.upstream.is_none() {
             return Err(Failure::Usage("--resolver needs --upstream".into()));
         }
         let ttl_floor = o.ttl_floor.unwrap_or(Duration::from_secs(30));
@@ -52,7 +54,8 @@ impl Settings {
         }
         Ok(Settings {
             control: o.control.clone(),
-            resolver: o.resolver,
+            resolver: o.resolver.clone(),
+            link: o.link,
             upstream: o
                 .upstream
                 .unwrap_or_else(|| SocketAddr::from(([10, 0, 2, 3], 53))),
@@ -131,16 +134,22 @@ impl State {
             .collect();
         refused.sort_by_key(|r| std::cmp::Reverse(r.last));
         report.refused = refused;
-        report.resolver = self
-            .settings
-            .resolver
-            .map(|_| self.settings.upstream.to_string());
+        report.resolver =
+            (!self.settings.resolver.is_empty()).then(|| self.settings.upstream.to_string());
         report.explain(&self.policy);
+    }
+
+    /// In router mode, what is in force of the router, read back.
+    fn describe_router(&mut self, report: &mut TableReport) {
+        if self.settings.link {
+            report.router = Some(crate::router::report(&mut self.nl));
+        }
     }
 
     fn show(&mut self) -> Result<TableReport> {
         let mut report = crate::read_table(&mut self.nl)?;
         self.describe(&mut report);
+        self.describe_router(&mut report);
         Ok(report)
     }
 
@@ -155,7 +164,10 @@ impl State {
             !o.names.is_empty() && matches!(policy.name_route(*addr), NameRoute::Open(_))
         });
         match self.sync() {
-            Ok(r) => Ok(r),
+            Ok(mut r) => {
+                self.describe_router(&mut r);
+                Ok(r)
+            }
             Err(e) => {
                 self.policy = old;
                 Err(e)
@@ -232,7 +244,13 @@ impl State {
         if !self.opened.values().any(|o| o.until <= now) {
             return Ok(());
         }
-        let busy = open_connections();
+        let mut busy = open_connections();
+        if self.settings.link {
+            match crate::conntrack::sandbox_destinations() {
+                Ok(flows) => busy.extend(flows),
+                Err(e) => eprintln!("lazaret-sidecar: cannot read the sandbox's open flows: {e}"),
+            }
+        }
         let mut closed = false;
         self.opened.retain(|addr, o| {
             if o.until > now {
@@ -252,8 +270,9 @@ impl State {
 }
 
 /// Remote addresses of the namespace's open TCP connections (and connected
-/// UDP sockets, e.g. QUIC), from /proc/net: the sidecar shares the agent's
-/// network namespace, so these are the agent's sockets too.
+/// UDP sockets, e.g. QUIC), from /proc/net: the sidecar's own, and the
+/// agent's when it shares the sidecar's namespace (without `--link`; in
+/// router mode conntrack has the agent's flows).
 fn open_connections() -> std::collections::BTreeSet<IpAddr> {
     let mut out = std::collections::BTreeSet::new();
     for (file, v6, states) in [
@@ -317,7 +336,11 @@ pub fn run(
     signals: &SigSet,
 ) -> Result<(), Failure> {
     let mut nl = Netlink::open()?;
-    if settings.resolver.is_some() {
+    if settings.link {
+        crate::router::setup(&mut nl)?;
+        nl.set_deny(Deny::RejectTable);
+    }
+    if !settings.resolver.is_empty() {
         nl.add_mark_rule(UPSTREAM_RULE_PRIORITY, UPSTREAM_MARK)?;
     }
     let mut state = State {
@@ -328,7 +351,8 @@ pub fn run(
         refused: BTreeMap::new(),
         settings: settings.clone(),
     };
-    let report = state.sync()?;
+    let mut report = state.sync()?;
+    state.describe_router(&mut report);
     let shared: Shared = Arc::new(Mutex::new(state));
 
     // Listening before the report is printed: whoever waits for the report
@@ -338,8 +362,8 @@ pub fn run(
         let shared = shared.clone();
         std::thread::spawn(move || control_loop(&listener, &shared));
     }
-    if let Some(addr) = settings.resolver {
-        crate::resolver::start(addr, shared.clone())?;
+    for addr in &settings.resolver {
+        crate::resolver::start(*addr, shared.clone())?;
     }
     {
         std::thread::spawn(move || {
@@ -353,13 +377,28 @@ pub fn run(
     }
     print_report(&report, json)?;
     eprintln!(
-        "lazaret-sidecar: policy applied{}; holding the network namespace until SIGTERM or SIGINT",
-        match settings.resolver {
-            Some(a) => format!(
-                "; resolving allowed names at {a} through {}",
+        "lazaret-sidecar: policy applied{}{}; holding the network namespace until SIGTERM or SIGINT",
+        if settings.link {
+            match &report.router {
+                Some(r) if r.in_force() => "; routing for the sandbox's link",
+                _ => "; routing for the sandbox's link, NOT fully in force (see the report)",
+            }
+        } else {
+            ""
+        },
+        if settings.resolver.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; resolving allowed names at {} through {}",
+                settings
+                    .resolver
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
                 settings.upstream
-            ),
-            None => String::new(),
+            )
         }
     );
     wait_for_signal(signals)?;

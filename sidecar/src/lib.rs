@@ -11,12 +11,16 @@
 //! - [`names`]: egress by name (D11): name patterns, and which answered
 //!   addresses may get a rule; [`control`]: how `apply`/`show` reach a
 //!   running `serve`, which owns the resolver's state.
+//! - [`link`]: the link between the sandbox's own network namespace and the
+//!   sidecar's (issue 25, D13): device names, addresses, the reject table,
+//!   the sysctls the router needs, and what `lazaret-sidecar link` prints.
 //!
 //! The netlink code lives in the binary (feature `router`), so the host can
 //! depend on this crate with `default-features = false`.
 
 pub mod control;
 pub mod kernel;
+pub mod link;
 pub mod names;
 pub mod policy;
 pub mod report;
@@ -27,4 +31,4 @@ pub use policy::{
     BuiltIn, Decision, Family, NameRoute, Policy, PolicyError, PolicySpec, Rule, Source, SpecRule,
     Verdict,
 };
-pub use report::{Gateway, LiveEntry, NameEntry, RefusedName, TableReport};
+pub use report::{Gateway, LiveEntry, NameEntry, NftChain, RefusedName, RouterReport, TableReport};

@@ -3,9 +3,14 @@
 //! namespace; its policy-routing rules are the egress policy (see the
 //! `kernel` module of the library, and sidecar/README.md).
 
+mod conntrack;
 mod daemon;
 mod error;
+mod netlink;
+mod nft;
+mod plumb;
 mod resolver;
+mod router;
 mod rtnl;
 
 use std::io::{Read, Write};
@@ -23,10 +28,12 @@ use rtnl::{DefaultRoute, MAIN_TABLE, Netlink, OwnRule};
 const USAGE: &str = "\
 usage: lazaret-sidecar hold
        lazaret-sidecar serve (--policy JSON | --policy - | --policy-file PATH) [--json] [--gateway-wait-ms MS]
-                             [--control PATH] [--resolver ADDR:PORT --upstream ADDR:PORT]
-                             [--ttl-floor SECS] [--ttl-cap SECS]
+                             [--control PATH] [--resolver ADDR:PORT ... --upstream ADDR:PORT]
+                             [--ttl-floor SECS] [--ttl-cap SECS] [--link]
        lazaret-sidecar apply (--policy JSON | --policy - | --policy-file PATH) [--json] [--control PATH]
        lazaret-sidecar show [--json] [--control PATH]
+       lazaret-sidecar link --sidecar-pid PID --netns FILE [--json]
+       lazaret-sidecar unlink --netns FILE
        lazaret-sidecar --version
 
 Started by Lazaret as the Network Sidecar container; `apply` and `show` are
@@ -34,7 +41,16 @@ run by the host through `podman exec`. `--policy -` reads the JSON from stdin.
 With --control, `serve` keeps running state (the resolver's name-derived rules)
 and `apply`/`show` ask it through that socket. With --resolver, `serve` answers
 DNS there: allowed names are forwarded to --upstream, and their answered
-addresses are opened for the record's TTL (clamped to --ttl-floor..--ttl-cap).";
+addresses are opened for the record's TTL (clamped to --ttl-floor..--ttl-cap);
+--resolver may be given more than once. With --link, `serve` is the router
+between the sandbox's own network namespace and the network: denied
+destinations are refused by netfilter, the sandbox's traffic is masqueraded
+out of tap0, and the report says whether all of it is in force.
+
+`link` (run by the host through `podman unshare`) makes a new network
+namespace bind-mounted on FILE, and a veth from it (eth0) into the network
+namespace of process PID (sbx0), addressed and routed; `unlink` unmounts and
+removes FILE.";
 
 /// How long `serve` waits for a default route to take a gateway from, when
 /// the policy allows something of that family and none is there yet (an
@@ -59,8 +75,11 @@ pub(crate) struct Options {
     json: bool,
     gateway_wait: Option<Duration>,
     control: Option<String>,
-    resolver: Option<std::net::SocketAddr>,
+    resolver: Vec<std::net::SocketAddr>,
     upstream: Option<std::net::SocketAddr>,
+    link: bool,
+    sidecar_pid: Option<u32>,
+    netns: Option<String>,
     ttl_floor: Option<Duration>,
     ttl_cap: Option<Duration>,
     positional: Vec<String>,
@@ -102,6 +121,14 @@ impl Options {
                     o.gateway_wait = Some(Duration::from_millis(ms));
                 }
                 "--control" => o.control = Some(value("--control")?),
+                "--link" => o.link = true,
+                "--netns" => o.netns = Some(value("--netns")?),
+                "--sidecar-pid" => {
+                    let v = value("--sidecar-pid")?;
+                    o.sidecar_pid = Some(v.parse().map_err(|_| {
+                        Failure::Usage(format!("--sidecar-pid takes a process id, not `{v}`"))
+                    })?);
+                }
                 "--resolver" | "--upstream" => {
                     let v = value(arg)?;
                     let addr = v.parse().map_err(|_| {
@@ -110,7 +137,7 @@ impl Options {
                         ))
                     })?;
                     if arg == "--resolver" {
-                        o.resolver = Some(addr);
+                        o.resolver.push(addr);
                     } else {
                         o.upstream = Some(addr);
                     }
@@ -192,6 +219,8 @@ fn main() -> ExitCode {
         "serve" => Options::parse(rest).and_then(|o| serve(&o)),
         "apply" => Options::parse(rest).and_then(|o| apply(&o)),
         "show" => Options::parse(rest).and_then(|o| show(&o)),
+        "link" => Options::parse(rest).and_then(|o| link(&o)),
+        "unlink" => Options::parse(rest).and_then(|o| unlink(&o)),
         "" => Err(Failure::Usage("no command given".into())),
         other => Err(Failure::Usage(format!("unknown command `{other}`"))),
     };
@@ -234,7 +263,7 @@ fn serve(o: &Options) -> Result<(), Failure> {
     o.no_positional()?;
     let set = block_signals()?;
     let policy = o.policy()?;
-    if o.control.is_some() || o.resolver.is_some() {
+    if o.control.is_some() || !o.resolver.is_empty() || o.link {
         let settings = daemon::Settings::from_options(o)?;
         return daemon::run(
             &settings,
@@ -269,6 +298,7 @@ fn apply(o: &Options) -> Result<(), Failure> {
         return Ok(());
     }
     let mut nl = Netlink::open()?;
+    nl.detect_deny()?;
     let report = enforce(
         &mut nl,
         &policy,
@@ -287,8 +317,47 @@ fn show(o: &Options) -> Result<(), Failure> {
         return Ok(());
     }
     let mut nl = Netlink::open()?;
+    nl.detect_deny()?;
     let report = read_table(&mut nl)?;
     print_report(&report, o.json)?;
+    Ok(())
+}
+
+fn link(o: &Options) -> Result<(), Failure> {
+    o.no_positional()?;
+    let (Some(pid), Some(netns)) = (o.sidecar_pid, &o.netns) else {
+        return Err(Failure::Usage(
+            "link needs --sidecar-pid PID and --netns FILE".into(),
+        ));
+    };
+    let report = plumb::link(pid, std::path::Path::new(netns))?;
+    if o.json {
+        let line = serde_json::to_string(&report).context("cannot encode the report")?;
+        println!("{line}");
+    } else {
+        let end = |e: &lazaret_sidecar::link::LinkEnd| {
+            let addresses: Vec<String> = e.addresses.iter().map(|a| a.to_string()).collect();
+            format!("{} {}", e.device, addresses.join(" "))
+        };
+        println!(
+            "{} (inode {}): {} via {} and {}; {} in the namespace of process {pid}",
+            report.netns,
+            report.netns_inode,
+            end(&report.sandbox),
+            report.sandbox.gateways[0],
+            report.sandbox.gateways[1],
+            end(&report.router),
+        );
+    }
+    Ok(())
+}
+
+fn unlink(o: &Options) -> Result<(), Failure> {
+    o.no_positional()?;
+    let Some(netns) = &o.netns else {
+        return Err(Failure::Usage("unlink needs --netns FILE".into()));
+    };
+    plumb::unlink(std::path::Path::new(netns))?;
     Ok(())
 }
 

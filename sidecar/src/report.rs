@@ -85,6 +85,64 @@ pub struct TableReport {
     /// The resolver's upstream, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolver: Option<String>,
+    /// Router mode (`serve --link`): what the sidecar read back of the router
+    /// between the sandbox's link and the network. Absent without `--link`.
+    /// The sandbox may start only if [`RouterReport::in_force`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterReport>,
+}
+
+/// One chain of the nf_tables table `inet lazaret`, as read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NftChain {
+    pub name: String,
+    /// `filter` or `nat`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `forward`, `input` or `postrouting`.
+    pub hook: String,
+    pub priority: i32,
+    /// `accept` or `drop`.
+    pub policy: String,
+    /// The rules in order, in nft's syntax when they are the sidecar's;
+    /// anything else as `unexpected: ...` (and a problem).
+    pub rules: Vec<String>,
+}
+
+/// Router mode, read back from the kernel after the set-up (and on every
+/// `show`): the nf_tables table, the reject table and its device, the rules
+/// that keep the link reachable, and the sysctls. `problems` lists every
+/// difference from the design; the host starts the sandbox only when there is
+/// none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouterReport {
+    /// `inet lazaret`, when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nft_table: Option<String>,
+    pub nft_chains: Vec<NftChain>,
+    /// [`crate::link::REJECT_TABLE`]: what every deny rule looks up.
+    pub reject_table: u32,
+    /// Its routes, read back (`default dev rej0`, IPv4 and IPv6, and the
+    /// `prohibit` routes behind them in case rej0 goes).
+    pub reject_routes: Vec<String>,
+    /// `rej0`'s state (`up, no carrier`), or absent when it does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reject_device: Option<String>,
+    /// The rules before the policy that reach the link
+    /// (`9500: to 100.64.0.0/30 lookup main`).
+    pub link_rules: Vec<String>,
+    /// The sysctls the router needs (see [`crate::link::SYSCTLS`]) as read:
+    /// name to value, or `unreadable: ...`.
+    pub sysctls: crate::link::Sysctls,
+    /// What differs from the design; empty when the router is in force.
+    pub problems: Vec<String>,
+}
+
+impl RouterReport {
+    /// Whether everything the router needs was found in place.
+    pub fn in_force(&self) -> bool {
+        self.problems.is_empty() && self.nft_table.is_some()
+    }
 }
 
 impl TableReport {
@@ -180,6 +238,9 @@ impl fmt::Display for TableReport {
                 writeln!(f, "  {c}")?;
             }
         }
+        if let Some(router) = &self.router {
+            write!(f, "{router}")?;
+        }
         if let Some(upstream) = &self.resolver {
             writeln!(f, "resolver: allowed names are forwarded to {upstream}")?;
         }
@@ -214,6 +275,49 @@ impl fmt::Display for TableReport {
         }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for RouterReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "router: {}",
+            if self.in_force() {
+                "in force"
+            } else {
+                "NOT in force"
+            }
+        )?;
+        writeln!(
+            f,
+            "  denied destinations: lookup {} ({})",
+            self.reject_table,
+            self.reject_device.as_deref().unwrap_or("no device")
+        )?;
+        for r in self.reject_routes.iter().chain(&self.link_rules) {
+            writeln!(f, "  {r}")?;
+        }
+        if let Some(t) = &self.nft_table {
+            writeln!(f, "  table {t}")?;
+        }
+        for c in &self.nft_chains {
+            writeln!(
+                f,
+                "    chain {} (type {} hook {} priority {}; policy {})",
+                c.name, c.kind, c.hook, c.priority, c.policy
+            )?;
+            for r in &c.rules {
+                writeln!(f, "      {r}")?;
+            }
+        }
+        for (name, value) in &self.sysctls {
+            writeln!(f, "  {name} = {value}")?;
+        }
+        for p in &self.problems {
+            writeln!(f, "  problem: {p}")?;
         }
         Ok(())
     }

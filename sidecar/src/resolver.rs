@@ -17,8 +17,11 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode}
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use lazaret_sidecar::names;
 use lazaret_sidecar::policy::Verdict;
+use std::os::fd::AsRawFd;
+
 use nix::sys::socket::{
-    AddressFamily, SockFlag, SockType, SockaddrStorage, connect, setsockopt, socket, sockopt,
+    AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, bind, connect, listen, setsockopt,
+    socket, sockopt,
 };
 
 use crate::daemon::{Shared, UPSTREAM_MARK, lock};
@@ -44,9 +47,47 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest CNAME chain followed.
 const MAX_CHAIN: usize = 16;
 
+// IPV6_FREEBIND, which nix does not name.
+use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
+sockopt_impl!(
+    Ipv6Freebind,
+    Both,
+    libc::IPPROTO_IPV6,
+    libc::IPV6_FREEBIND,
+    bool
+);
+
+/// A socket bound to `addr` even while no device has that address (the
+/// link's addresses appear only when the host runs `link`).
+fn bind_free(addr: SocketAddr, kind: SockType) -> Result<OwnedFd> {
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(family, kind, SockFlag::SOCK_CLOEXEC, None).context("cannot open a socket")?;
+    match addr {
+        SocketAddr::V4(_) => setsockopt(&fd, sockopt::IpFreebind, &true),
+        SocketAddr::V6(_) => setsockopt(&fd, sockopt::Ipv6V6Only, &true)
+            .and_then(|()| setsockopt(&fd, Ipv6Freebind, &true)),
+    }
+    .context("cannot set IP_FREEBIND")?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true).context("cannot set SO_REUSEADDR")?;
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).context("cannot bind")?;
+    if kind == SockType::Stream {
+        listen(&fd, Backlog::new(128).unwrap_or(Backlog::MAXCONN)).context("cannot listen")?;
+    }
+    Ok(fd)
+}
+
 pub fn start(addr: SocketAddr, shared: Shared) -> Result<()> {
-    let udp = UdpSocket::bind(addr).with_context(|| format!("cannot serve DNS on udp {addr}"))?;
-    let tcp = TcpListener::bind(addr).with_context(|| format!("cannot serve DNS on tcp {addr}"))?;
+    let udp = UdpSocket::from(
+        bind_free(addr, SockType::Datagram)
+            .with_context(|| format!("cannot serve DNS on udp {addr}"))?,
+    );
+    let tcp = TcpListener::from(
+        bind_free(addr, SockType::Stream)
+            .with_context(|| format!("cannot serve DNS on tcp {addr}"))?,
+    );
     {
         let shared = shared.clone();
         spawn("dns-udp", move || udp_loop(&udp, &shared))
@@ -397,7 +438,10 @@ fn upstream_query(q: &Query) -> Message {
     let mut edns = Edns::new();
     edns.set_max_payload(1232);
     m.edns = Some(edns);
-    m.add_query(Query::query(q.name().clone(), q.query_type()));
+    // In lower case: the agent's letter case would be a bit per letter it
+    // could send to the name's servers. The answer to the agent keeps the
+    // question as asked.
+    m.add_query(Query::query(q.name().to_lowercase(), q.query_type()));
     m
 }
 
@@ -440,11 +484,8 @@ fn forward(upstream: SocketAddr, q: &Query) -> Result<Message> {
 
 fn forward_tcp(upstream: SocketAddr, sent: &Message, bytes: &[u8]) -> Result<Message> {
     let fd = marked(upstream, SockType::Stream)?;
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrStorage::from(upstream),
-    )
-    .context("cannot reach the upstream over TCP")?;
+    connect(fd.as_raw_fd(), &SockaddrStorage::from(upstream))
+        .context("cannot reach the upstream over TCP")?;
     let mut tcp = TcpStream::from(fd);
     tcp.set_read_timeout(Some(UPSTREAM_TIMEOUT))
         .context("cannot set a timeout")?;

@@ -1,19 +1,22 @@
 //! rtnetlink, synchronously, through netlink-sys and netlink-packet-route:
-//! the rules, the gateway table and the main table's default routes.
+//! the rules, the gateway table and the main table's default routes; in
+//! router mode also the links, addresses and routes of the sandbox's link
+//! and of the reject table.
 
-use std::fmt;
 use std::net::IpAddr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use ipnet::IpNet;
 use lazaret_sidecar::kernel::{
     self, Action, GATEWAY_TABLE, KernelRule, PRIORITY_BASE, PRIORITY_FLOOR,
 };
+use lazaret_sidecar::link;
 use lazaret_sidecar::policy::Family;
 use lazaret_sidecar::report::Gateway;
 use netlink_packet_core::{
-    DecodeError, Emitable, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE,
-    NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
-    NetlinkSerializable, NlasIterator, Parseable, parse_ip, parse_string, parse_u32,
+    DecodeError, Emitable, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE,
+    NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, NlasIterator, Parseable, parse_ip,
+    parse_string, parse_u32,
 };
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::link::LinkHeader;
@@ -22,10 +25,10 @@ use netlink_packet_route::route::{
     RouteType,
 };
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleHeader, RuleMessage};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use nix::errno::Errno;
+use netlink_sys::protocols::NETLINK_ROUTE;
 
 use crate::error::{Context, Error, Result};
+use crate::netlink::{Attrs, Channel};
 
 /// The main routing table, where the namespace's default routes start out.
 pub const MAIN_TABLE: u32 = libc::RT_TABLE_MAIN as u32;
@@ -53,6 +56,8 @@ enum Msg {
     Route(RouteHeader, Vec<u8>),
     /// A link the kernel reported.
     Link(LinkHeader, Vec<u8>),
+    /// A request built by hand: its type and payload.
+    Raw(u16, Vec<u8>),
 }
 
 impl NetlinkSerializable for Msg {
@@ -66,6 +71,7 @@ impl NetlinkSerializable for Msg {
             Msg::GetRoute(_) => libc::RTM_GETROUTE,
             Msg::GetLink(_) => libc::RTM_GETLINK,
             Msg::Link(..) => libc::RTM_NEWLINK,
+            Msg::Raw(kind, _) => *kind,
         }
     }
 
@@ -77,6 +83,7 @@ impl NetlinkSerializable for Msg {
             Msg::GetLink(h) => h.buffer_len(),
             Msg::Route(h, attrs) => h.buffer_len() + attrs.len(),
             Msg::Link(h, attrs) => h.buffer_len() + attrs.len(),
+            Msg::Raw(_, payload) => payload.len(),
         }
     }
 
@@ -94,6 +101,7 @@ impl NetlinkSerializable for Msg {
                 h.emit(buffer);
                 buffer[h.buffer_len()..].copy_from_slice(attrs);
             }
+            Msg::Raw(_, payload) => buffer.copy_from_slice(payload),
         }
     }
 }
@@ -124,24 +132,6 @@ impl NetlinkDeserializable for Msg {
     }
 }
 
-/// A request the kernel refused: its errno and, when the kernel gave one,
-/// its extended-ack message ("Nexthop has invalid gateway", ...).
-#[derive(Debug)]
-pub struct KernelError {
-    pub errno: Errno,
-    pub message: Option<String>,
-}
-
-impl fmt::Display for KernelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let code = format!("{:?}, errno {}", self.errno, self.errno as i32);
-        match &self.message {
-            Some(m) => write!(f, "{m} ({}; {code})", self.errno.desc()),
-            None => write!(f, "{} ({code})", self.errno.desc()),
-        }
-    }
-}
-
 /// A rule in the sidecar's priority range, as the kernel reported it.
 #[derive(Debug, Clone)]
 pub enum OwnRule {
@@ -149,6 +139,56 @@ pub enum OwnRule {
     Known(KernelRule),
     /// Something else: the next `apply` deletes it.
     Foreign { text: String, msg: RuleMessage },
+}
+
+/// What a rule outside the policy's range matches.
+#[derive(Debug, Clone, Copy)]
+pub enum Selector {
+    Mark(u32),
+    To(IpNet),
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Selector::Mark(m) => write!(f, "fwmark {m:#x}"),
+            Selector::To(net) => write!(f, "to {net}"),
+        }
+    }
+}
+
+/// A default route to add.
+#[derive(Debug, Clone)]
+pub struct DefaultRouteSpec {
+    pub family: Family,
+    pub table: u32,
+    /// Unicast, or an error route (`prohibit`).
+    pub kind: RouteType,
+    pub gateway: Option<IpAddr>,
+    pub ifindex: Option<u32>,
+    pub metric: Option<u32>,
+    pub onlink: bool,
+}
+
+/// A route the kernel reported.
+#[derive(Debug, Clone)]
+pub struct RouteInfo {
+    pub header: RouteHeader,
+    pub table: u32,
+    pub dst: Option<IpAddr>,
+    pub gateway: Option<IpAddr>,
+    pub ifindex: Option<u32>,
+    pub metric: Option<u32>,
+}
+
+impl RouteInfo {
+    pub fn kind(&self) -> RouteType {
+        self.header.kind
+    }
+
+    pub fn dst_len(&self) -> u8 {
+        self.header.destination_prefix_length
+    }
 }
 
 /// A unicast default route the kernel reported.
@@ -161,96 +201,72 @@ pub struct DefaultRoute {
     header: RouteHeader,
 }
 
+/// What a deny rule does: `prohibit` (EACCES at once for the namespace's
+/// own sockets, but rate-limited for forwarded packets), or, in router mode,
+/// `lookup REJECT_TABLE`, whose route leads to netfilter's reject rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deny {
+    Prohibit,
+    RejectTable,
+}
+
 #[derive(Debug)]
 pub struct Netlink {
-    socket: Socket,
-    seq: u32,
-    capped_acks: bool,
+    channel: Channel,
+    deny: Deny,
 }
 
 impl Netlink {
     pub fn open() -> Result<Netlink> {
-        let mut socket = Socket::new(NETLINK_ROUTE).context("cannot open a netlink socket")?;
-        socket
-            .bind_auto()
-            .context("cannot bind the netlink socket")?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .context("cannot connect the netlink socket to the kernel")?;
-        // Readable kernel messages in errors; without them there is still
-        // the errno.
-        let _ = socket.set_ext_ack(true);
-        let capped_acks = socket.set_cap_ack(true).is_ok();
         Ok(Netlink {
-            socket,
-            seq: 0,
-            capped_acks,
+            channel: Channel::open(NETLINK_ROUTE)?,
+            deny: Deny::Prohibit,
         })
     }
 
-    /// Sends one request; returns the messages of a dump or of a get, or
-    /// nothing for an acknowledged change.
-    fn exchange(&mut self, msg: Msg, flags: u16) -> Result<Vec<Msg>> {
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | flags;
-        header.sequence_number = seq;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
-        packet.finalize();
-        let mut buf = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut buf);
-        self.socket
-            .send(&buf, 0)
-            .context("cannot send to the kernel over netlink")?;
+    /// A socket in the network namespace `ns` (an open `/proc/PID/ns/net`
+    /// or a bind-mounted namespace file): made by a thread that enters it,
+    /// since a socket stays in the namespace it was made in and setns moves
+    /// only the calling thread.
+    pub fn open_in(ns: &std::fs::File, what: &str) -> Result<Netlink> {
+        let ns = ns
+            .try_clone()
+            .with_context(|| format!("cannot use {what}"))?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .with_context(|| format!("cannot enter {what}"))?;
+                Netlink::open()
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(Error::new(format!(
+                    "cannot enter {what}: the thread failed"
+                )))
+            })
+        })
+    }
 
-        let mut out = Vec::new();
-        loop {
-            let (data, _) = self
-                .socket
-                .recv_from_full()
-                .context("cannot read the kernel's netlink answer")?;
-            let mut offset = 0;
-            while offset < data.len() {
-                let bytes = &data[offset..];
-                let message = NetlinkMessage::<Msg>::deserialize(bytes)
-                    .context("cannot decode the kernel's netlink answer")?;
-                let len = message.header.length as usize;
-                if len == 0 {
-                    break;
-                }
-                // Messages in one datagram are 4-byte aligned.
-                offset += (len + 3) & !3;
-                if message.header.sequence_number != seq {
-                    continue;
-                }
-                match message.payload {
-                    NetlinkPayload::InnerMessage(inner) => {
-                        out.push(inner);
-                        if flags & (NLM_F_DUMP | NLM_F_ACK) == 0 {
-                            // A plain get has one answer and no end marker.
-                            return Ok(out);
-                        }
-                    }
-                    NetlinkPayload::Done(done) if done.code != 0 => {
-                        return Err(kernel_error(done.code, None));
-                    }
-                    NetlinkPayload::Done(_) => return Ok(out),
-                    NetlinkPayload::Error(e) => match e.code {
-                        None => return Ok(out),
-                        Some(code) => {
-                            let text = ext_ack_message(&e.header, self.capped_acks);
-                            return Err(kernel_error(code.get(), text));
-                        }
-                    },
-                    _ => {}
-                }
-            }
+    /// How deny rules are made and recognised from now on.
+    pub fn set_deny(&mut self, deny: Deny) {
+        self.deny = deny;
+    }
+
+    /// Router mode if the namespace has the reject device (`serve --link`
+    /// made it): for `apply` and `show` without `--control`.
+    pub fn detect_deny(&mut self) -> Result<()> {
+        if self.link_index(link::REJECT_DEVICE)?.is_some() {
+            self.deny = Deny::RejectTable;
         }
+        Ok(())
+    }
+
+    fn exchange(&mut self, msg: Msg, flags: u16) -> Result<Vec<Msg>> {
+        self.channel.exchange(msg, flags)
     }
 
     fn dump(&mut self, msg: Msg) -> Result<Vec<Msg>> {
-        self.exchange(msg, NLM_F_DUMP)
+        self.channel.dump(msg)
     }
 
     fn change(&mut self, msg: Msg, flags: u16) -> Result<()> {
@@ -279,8 +295,8 @@ impl Netlink {
             .unwrap_or_else(|| format!("if{ifindex}"))
     }
 
-    /// The rules in the sidecar's priority range, for one family.
-    pub fn own_rules(&mut self, family: Family) -> Result<Vec<OwnRule>> {
+    /// Every rule of one family.
+    fn rules(&mut self, family: Family) -> Result<Vec<RuleMessage>> {
         let mut request = RuleMessage::default();
         request.header.family = address_family(family);
         let answer = self
@@ -289,15 +305,28 @@ impl Netlink {
         Ok(answer
             .into_iter()
             .filter_map(|m| match m {
-                Msg::NewRule(rule) => own_rule(family, rule),
+                Msg::NewRule(rule) => Some(rule),
                 _ => None,
             })
             .collect())
     }
 
+    /// The rules in the sidecar's priority range, for one family.
+    pub fn own_rules(&mut self, family: Family) -> Result<Vec<OwnRule>> {
+        let deny = self.deny;
+        Ok(self
+            .rules(family)?
+            .into_iter()
+            .filter_map(|rule| own_rule(family, rule, deny))
+            .collect())
+    }
+
     pub fn add_rule(&mut self, rule: &KernelRule) -> Result<()> {
-        self.change(Msg::NewRule(rule_message(rule)), NLM_F_CREATE | NLM_F_EXCL)
-            .with_context(|| format!("cannot add rule {rule}"))
+        self.change(
+            Msg::NewRule(rule_message(rule, self.deny)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .with_context(|| format!("cannot add rule {rule}"))
     }
 
     /// `PRIORITY: from all fwmark MARK lookup 200`, for both families: the
@@ -305,32 +334,61 @@ impl Netlink {
     /// through the gateway whatever the policy says.
     pub fn add_mark_rule(&mut self, priority: u32, mark: u32) -> Result<()> {
         for family in Family::BOTH {
-            let mut msg = RuleMessage::default();
-            msg.header = RuleHeader {
-                family: address_family(family),
-                table: GATEWAY_TABLE as u8,
-                action: RuleAction::ToTable,
-                ..RuleHeader::default()
-            };
-            msg.attributes.push(RuleAttribute::Priority(priority));
-            msg.attributes.push(RuleAttribute::FwMark(mark));
-            msg.attributes.push(RuleAttribute::Table(GATEWAY_TABLE));
-            msg.attributes
-                .push(RuleAttribute::Protocol(RouteProtocol::Static));
-            match self.change(Msg::NewRule(msg), NLM_F_CREATE | NLM_F_EXCL) {
-                Err(e) if e.to_string().contains("EEXIST") => {}
-                other => other.with_context(|| {
-                    format!(
-                        "cannot add the {family} rule for the resolver's own queries                          ({priority}: fwmark {mark:#x} lookup {GATEWAY_TABLE})"
-                    )
-                })?,
-            }
+            self.add_side_rule(family, priority, Selector::Mark(mark), GATEWAY_TABLE)
+                .context("cannot add the rule for the resolver's own queries")?;
         }
         Ok(())
     }
 
+    /// A rule outside the policy's range: `PRIORITY: SELECTOR lookup TABLE`
+    /// (kept if it is there already).
+    pub fn add_side_rule(
+        &mut self,
+        family: Family,
+        priority: u32,
+        selector: Selector,
+        table: u32,
+    ) -> Result<()> {
+        let mut msg = RuleMessage::default();
+        msg.header = RuleHeader {
+            family: address_family(family),
+            table: u8::try_from(table).unwrap_or(libc::RT_TABLE_UNSPEC),
+            action: RuleAction::ToTable,
+            ..RuleHeader::default()
+        };
+        msg.attributes.push(RuleAttribute::Priority(priority));
+        match selector {
+            Selector::Mark(mark) => msg.attributes.push(RuleAttribute::FwMark(mark)),
+            Selector::To(net) => {
+                msg.header.dst_len = net.prefix_len();
+                msg.attributes
+                    .push(RuleAttribute::Destination(net.network()));
+            }
+        }
+        msg.attributes.push(RuleAttribute::Table(table));
+        msg.attributes
+            .push(RuleAttribute::Protocol(RouteProtocol::Static));
+        match self.change(Msg::NewRule(msg), NLM_F_CREATE | NLM_F_EXCL) {
+            Err(e) if e.to_string().contains("EEXIST") => Ok(()),
+            other => other.with_context(|| {
+                format!("cannot add the {family} rule {priority}: {selector} lookup {table}")
+            }),
+        }
+    }
+
+    /// The rules at `priority`, as `PRIORITY: SELECTOR lookup TABLE` (or
+    /// what else they are).
+    pub fn side_rules(&mut self, family: Family, priority: u32) -> Result<Vec<String>> {
+        Ok(self
+            .rules(family)?
+            .iter()
+            .filter(|rule| rule.attributes.contains(&RuleAttribute::Priority(priority)))
+            .map(describe_rule)
+            .collect())
+    }
+
     pub fn delete_rule(&mut self, rule: &KernelRule) -> Result<()> {
-        self.change(Msg::DelRule(rule_message(rule)), 0)
+        self.change(Msg::DelRule(rule_message(rule, self.deny)), 0)
             .with_context(|| format!("cannot delete rule {rule}"))
     }
 
@@ -341,6 +399,71 @@ impl Netlink {
 
     /// The unicast default routes of `table`.
     pub fn default_routes(&mut self, family: Family, table: u32) -> Result<Vec<DefaultRoute>> {
+        Ok(self
+            .routes(family, table)?
+            .into_iter()
+            .filter_map(default_route)
+            .collect())
+    }
+
+    /// Sets the gateway table's default route for the gateway's family.
+    pub fn set_gateway(&mut self, gateway: &Gateway) -> Result<()> {
+        let route = DefaultRouteSpec {
+            family: gateway.family,
+            table: GATEWAY_TABLE,
+            kind: RouteType::Unicast,
+            gateway: Some(gateway.address),
+            ifindex: Some(gateway.ifindex),
+            metric: None,
+            // No route to the gateway is needed: the main table's connected
+            // routes are never consulted.
+            onlink: true,
+        };
+        self.add_default_route(&route).with_context(|| {
+            format!(
+                "cannot set the {} gateway route: default via {} dev {} onlink table {GATEWAY_TABLE}",
+                gateway.family, gateway.address, gateway.dev
+            )
+        })
+    }
+
+    /// Adds (or replaces) a default route.
+    pub fn add_default_route(&mut self, route: &DefaultRouteSpec) -> Result<()> {
+        let mut msg = RouteMessage::default();
+        msg.header = RouteHeader {
+            address_family: address_family(route.family),
+            destination_prefix_length: 0,
+            table: u8::try_from(route.table).unwrap_or(libc::RT_TABLE_UNSPEC),
+            protocol: RouteProtocol::Static,
+            scope: if route.kind == RouteType::Unicast && route.gateway.is_none() {
+                RouteScope::Link
+            } else {
+                RouteScope::Universe
+            },
+            kind: route.kind,
+            flags: if route.onlink {
+                RouteFlags::Onlink
+            } else {
+                RouteFlags::empty()
+            },
+            ..RouteHeader::default()
+        };
+        msg.attributes.push(RouteAttribute::Table(route.table));
+        if let Some(gateway) = route.gateway {
+            msg.attributes
+                .push(RouteAttribute::Gateway(RouteAddress::from(gateway)));
+        }
+        if let Some(ifindex) = route.ifindex {
+            msg.attributes.push(RouteAttribute::Oif(ifindex));
+        }
+        if let Some(metric) = route.metric {
+            msg.attributes.push(RouteAttribute::Priority(metric));
+        }
+        self.change(Msg::NewRoute(msg), NLM_F_CREATE | NLM_F_REPLACE)
+    }
+
+    /// The routes of `table`.
+    pub fn routes(&mut self, family: Family, table: u32) -> Result<Vec<RouteInfo>> {
         let request = RouteHeader {
             address_family: address_family(family),
             ..RouteHeader::default()
@@ -351,39 +474,10 @@ impl Netlink {
         Ok(answer
             .into_iter()
             .filter_map(|m| match m {
-                Msg::Route(h, attrs) => default_route(h, &attrs, table),
+                Msg::Route(h, attrs) => route_info(h, &attrs).filter(|r| r.table == table),
                 _ => None,
             })
             .collect())
-    }
-
-    /// Sets the gateway table's default route for the gateway's family.
-    pub fn set_gateway(&mut self, gateway: &Gateway) -> Result<()> {
-        let mut msg = RouteMessage::default();
-        msg.header = RouteHeader {
-            address_family: address_family(gateway.family),
-            destination_prefix_length: 0,
-            table: GATEWAY_TABLE as u8,
-            protocol: RouteProtocol::Static,
-            scope: RouteScope::Universe,
-            kind: RouteType::Unicast,
-            // No route to the gateway is needed: the main table's connected
-            // routes are never consulted.
-            flags: RouteFlags::Onlink,
-            ..RouteHeader::default()
-        };
-        msg.attributes = vec![
-            RouteAttribute::Table(GATEWAY_TABLE),
-            RouteAttribute::Gateway(RouteAddress::from(gateway.address)),
-            RouteAttribute::Oif(gateway.ifindex),
-        ];
-        self.change(Msg::NewRoute(msg), NLM_F_CREATE | NLM_F_REPLACE)
-            .with_context(|| {
-                format!(
-                    "cannot set the {} gateway route: default via {} dev {} onlink table {GATEWAY_TABLE}",
-                    gateway.family, gateway.address, gateway.dev
-                )
-            })
     }
 
     pub fn delete_route(&mut self, route: DefaultRoute, what: &str) -> Result<()> {
@@ -402,14 +496,154 @@ impl Netlink {
     }
 }
 
-fn kernel_error(code: i32, message: Option<String>) -> Error {
-    Error::new(
-        KernelError {
-            errno: Errno::from_raw(-code),
-            message,
+/// A link of the namespace, as the kernel reported it.
+#[derive(Debug, Clone)]
+pub struct LinkInfo {
+    pub index: u32,
+    pub name: String,
+    pub up: bool,
+    /// Whether the link has carrier (`LOWER_UP`).
+    pub carrier: bool,
+    pub mtu: Option<u32>,
+}
+
+/// Link attributes (linux/if_link.h, linux/veth.h) and address attributes
+/// (linux/if_addr.h).
+const IFLA_MTU: u16 = 4;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const VETH_INFO_PEER: u16 = 1;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFA_FLAGS: u16 = 8;
+const IFA_F_NODAD: u32 = 0x02;
+const IFF_UP: u32 = libc::IFF_UP as u32;
+const IFF_LOWER_UP: u32 = libc::IFF_LOWER_UP as u32;
+
+/// `struct ifinfomsg`.
+fn ifinfomsg(index: u32, flags: u32, change: u32) -> Vec<u8> {
+    let mut b = vec![libc::AF_UNSPEC as u8, 0, 0, 0];
+    b.extend_from_slice(&index.to_ne_bytes());
+    b.extend_from_slice(&flags.to_ne_bytes());
+    b.extend_from_slice(&change.to_ne_bytes());
+    b
+}
+
+impl Netlink {
+    /// The namespace's links.
+    pub fn links(&mut self) -> Result<Vec<LinkInfo>> {
+        let answer = self
+            .dump(Msg::GetLink(LinkHeader::default()))
+            .context("cannot list the links")?;
+        Ok(answer
+            .into_iter()
+            .filter_map(|m| match m {
+                Msg::Link(h, attrs) => {
+                    let flags = h.flags.bits();
+                    Some(LinkInfo {
+                        index: h.index,
+                        name: crate::netlink::attr(&attrs, IFLA_IFNAME)
+                            .map(crate::netlink::string)?,
+                        up: flags & IFF_UP != 0,
+                        carrier: flags & IFF_LOWER_UP != 0,
+                        mtu: crate::netlink::attr(&attrs, IFLA_MTU).and_then(crate::netlink::ne32),
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    pub fn link(&mut self, name: &str) -> Result<Option<LinkInfo>> {
+        Ok(self.links()?.into_iter().find(|l| l.name == name))
+    }
+
+    pub fn link_index(&mut self, name: &str) -> Result<Option<u32>> {
+        Ok(self.link(name)?.map(|l| l.index))
+    }
+
+    /// A veth pair: `name` in this namespace, `peer` in the namespace
+    /// `peer_ns` (or this one), both with `mtu`.
+    pub fn add_veth(
+        &mut self,
+        name: &str,
+        peer: &str,
+        mtu: u32,
+        peer_ns: Option<BorrowedFd<'_>>,
+    ) -> Result<()> {
+        let mut peer_attrs = Attrs::new();
+        peer_attrs.string(IFLA_IFNAME, peer).u32_ne(IFLA_MTU, mtu);
+        if let Some(fd) = peer_ns {
+            peer_attrs.u32_ne(IFLA_NET_NS_FD, fd.as_raw_fd() as u32);
         }
-        .to_string(),
-    )
+        let mut peer_msg = ifinfomsg(0, 0, 0);
+        peer_msg.extend_from_slice(peer_attrs.bytes());
+        // As iproute2 sends them: nested attributes without NLA_F_NESTED.
+        let mut data = Attrs::new();
+        data.put(VETH_INFO_PEER, &peer_msg);
+        let mut info = Attrs::new();
+        info.string(IFLA_INFO_KIND, "veth")
+            .put(IFLA_INFO_DATA, data.bytes());
+        let mut attrs = Attrs::new();
+        attrs
+            .string(IFLA_IFNAME, name)
+            .u32_ne(IFLA_MTU, mtu)
+            .put(IFLA_LINKINFO, info.bytes());
+        let mut payload = ifinfomsg(0, 0, 0);
+        payload.extend_from_slice(attrs.bytes());
+        self.change(
+            Msg::Raw(libc::RTM_NEWLINK, payload),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .with_context(|| {
+            format!(
+                "cannot create the veth pair {name}/{peer} (mtu {mtu}){}",
+                if peer_ns.is_some() {
+                    format!(", {peer} in the other namespace")
+                } else {
+                    String::new()
+                }
+            )
+        })
+    }
+
+    pub fn delete_link(&mut self, index: u32, name: &str) -> Result<()> {
+        self.change(Msg::Raw(libc::RTM_DELLINK, ifinfomsg(index, 0, 0)), 0)
+            .with_context(|| format!("cannot delete the link {name}"))
+    }
+
+    pub fn set_up(&mut self, index: u32, name: &str) -> Result<()> {
+        self.change(
+            Msg::Raw(libc::RTM_NEWLINK, ifinfomsg(index, IFF_UP, IFF_UP)),
+            0,
+        )
+        .with_context(|| format!("cannot set {name} up"))
+    }
+
+    /// Adds `addr` (with its prefix length) to the link; IPv6 without
+    /// duplicate address detection (`nodad`), so it is usable at once.
+    pub fn add_address(&mut self, index: u32, name: &str, addr: IpNet) -> Result<()> {
+        let (family, bytes, flags) = match addr {
+            IpNet::V4(n) => (libc::AF_INET, n.addr().octets().to_vec(), 0),
+            IpNet::V6(n) => (libc::AF_INET6, n.addr().octets().to_vec(), IFA_F_NODAD),
+        };
+        // struct ifaddrmsg: family, prefix length, flags, scope, index.
+        let mut payload = vec![family as u8, addr.prefix_len(), flags as u8, 0];
+        payload.extend_from_slice(&index.to_ne_bytes());
+        let mut attrs = Attrs::new();
+        attrs
+            .put(IFA_LOCAL, &bytes)
+            .put(IFA_ADDRESS, &bytes)
+            .u32_ne(IFA_FLAGS, flags);
+        payload.extend_from_slice(attrs.bytes());
+        self.change(
+            Msg::Raw(libc::RTM_NEWADDR, payload),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .with_context(|| format!("cannot add the address {addr} to {name}"))
+    }
 }
 
 fn address_family(family: Family) -> AddressFamily {
@@ -419,29 +653,12 @@ fn address_family(family: Family) -> AddressFamily {
     }
 }
 
-/// NLMSGERR_ATTR_MSG from the attributes after the echoed request.
-fn ext_ack_message(payload: &[u8], capped: bool) -> Option<String> {
-    const NLMSGERR_ATTR_MSG: u16 = 1;
-    let echoed = if capped {
-        16
-    } else {
-        u32::from_ne_bytes(payload.get(..4)?.try_into().ok()?) as usize
-    };
-    let attrs = payload.get((echoed + 3) & !3..)?;
-    NlasIterator::new(attrs).find_map(|nla| {
-        let nla = nla.ok()?;
-        (nla.kind() == NLMSGERR_ATTR_MSG)
-            .then(|| parse_string(nla.value()).ok())
-            .flatten()
-            .map(|s| s.trim_end_matches('\0').to_string())
-    })
-}
-
-fn rule_message(rule: &KernelRule) -> RuleMessage {
+fn rule_message(rule: &KernelRule, deny: Deny) -> RuleMessage {
     let mut msg = RuleMessage::default();
-    let (action, table) = match rule.action {
-        Action::Gateway => (RuleAction::ToTable, GATEWAY_TABLE),
-        Action::Prohibit => (RuleAction::Prohibit, 0),
+    let (action, table) = match (rule.action, deny) {
+        (Action::Gateway, _) => (RuleAction::ToTable, GATEWAY_TABLE),
+        (Action::Prohibit, Deny::Prohibit) => (RuleAction::Prohibit, 0),
+        (Action::Prohibit, Deny::RejectTable) => (RuleAction::ToTable, link::REJECT_TABLE),
     };
     msg.header = RuleHeader {
         family: address_family(rule.family()),
@@ -455,8 +672,8 @@ fn rule_message(rule: &KernelRule) -> RuleMessage {
         msg.attributes
             .push(RuleAttribute::Destination(rule.dst.network()));
     }
-    if rule.action == Action::Gateway {
-        msg.attributes.push(RuleAttribute::Table(GATEWAY_TABLE));
+    if action == RuleAction::ToTable {
+        msg.attributes.push(RuleAttribute::Table(table));
     }
     msg.attributes
         .push(RuleAttribute::Protocol(RouteProtocol::Static));
@@ -464,7 +681,7 @@ fn rule_message(rule: &KernelRule) -> RuleMessage {
 }
 
 /// `None` for rules outside the sidecar's range.
-fn own_rule(family: Family, msg: RuleMessage) -> Option<OwnRule> {
+fn own_rule(family: Family, msg: RuleMessage, deny: Deny) -> Option<OwnRule> {
     let priority = msg.attributes.iter().find_map(|a| match a {
         RuleAttribute::Priority(p) => Some(*p),
         _ => None,
@@ -472,7 +689,7 @@ fn own_rule(family: Family, msg: RuleMessage) -> Option<OwnRule> {
     if !(PRIORITY_BASE..=PRIORITY_FLOOR).contains(&priority) {
         return None;
     }
-    match parse_own_rule(family, priority, &msg) {
+    match parse_own_rule(family, priority, &msg, deny) {
         Ok(rule) => Some(OwnRule::Known(rule)),
         Err(why) => Some(OwnRule::Foreign {
             text: format!("priority {priority} ({family}): {why}"),
@@ -485,6 +702,7 @@ fn parse_own_rule(
     family: Family,
     priority: u32,
     msg: &RuleMessage,
+    deny: Deny,
 ) -> std::result::Result<KernelRule, String> {
     let h = &msg.header;
     if h.src_len != 0 || h.tos != 0 || h.flags.intersects(RuleFlags::Invert) {
@@ -507,10 +725,13 @@ fn parse_own_rule(
             }
         }
     }
-    let action = match (h.action, table) {
-        (RuleAction::ToTable, GATEWAY_TABLE) => Action::Gateway,
-        (RuleAction::Prohibit, _) => Action::Prohibit,
-        (action, table) => return Err(format!("its action is {action:?} (table {table})")),
+    // In router mode a `prohibit` rule is not the sidecar's (the next apply
+    // replaces it); otherwise `lookup REJECT_TABLE` is not.
+    let action = match (h.action, table, deny) {
+        (RuleAction::ToTable, GATEWAY_TABLE, _) => Action::Gateway,
+        (RuleAction::Prohibit, _, Deny::Prohibit) => Action::Prohibit,
+        (RuleAction::ToTable, link::REJECT_TABLE, Deny::RejectTable) => Action::Prohibit,
+        (action, table, _) => return Err(format!("its action is {action:?} (table {table})")),
     };
     let dst = match dst_addr {
         None if h.dst_len == 0 => family.everything(),
@@ -536,30 +757,68 @@ fn parse_own_rule(
     Ok(rule)
 }
 
-fn default_route(header: RouteHeader, attrs: &[u8], table: u32) -> Option<DefaultRoute> {
-    if header.destination_prefix_length != 0 || header.kind != RouteType::Unicast {
-        return None;
+/// `PRIORITY: [to DST] [fwmark M] lookup TABLE`, or the action.
+fn describe_rule(rule: &RuleMessage) -> String {
+    let mut priority = 0;
+    let mut table = u32::from(rule.header.table);
+    let mut parts = Vec::new();
+    for a in &rule.attributes {
+        match a {
+            RuleAttribute::Priority(p) => priority = *p,
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::Destination(d) => {
+                parts.push(format!("to {d}/{}", rule.header.dst_len));
+            }
+            RuleAttribute::FwMark(m) => parts.push(format!("fwmark {m:#x}")),
+            _ => {}
+        }
     }
-    let mut route_table = u32::from(header.table);
-    let (mut gateway, mut ifindex, mut metric) = (None, None, None);
+    if parts.is_empty() {
+        parts.push("from all".into());
+    }
+    let action = match rule.header.action {
+        RuleAction::ToTable if table == MAIN_TABLE => "lookup main".to_string(),
+        RuleAction::ToTable => format!("lookup {table}"),
+        other => format!("{other:?}").to_lowercase(),
+    };
+    format!("{priority}: {} {action}", parts.join(" "))
+}
+
+fn route_info(header: RouteHeader, attrs: &[u8]) -> Option<RouteInfo> {
+    let mut table = u32::from(header.table);
+    let (mut dst, mut gateway, mut ifindex, mut metric) = (None, None, None, None);
     for nla in NlasIterator::new(attrs) {
         // A route whose attributes do not decode is not one to use.
         let nla = nla.ok()?;
         let value = nla.value();
         match nla.kind() {
-            libc::RTA_TABLE => route_table = parse_u32(value).ok()?,
+            libc::RTA_TABLE => table = parse_u32(value).ok()?,
+            libc::RTA_DST => dst = Some(parse_ip(value).ok()?),
             libc::RTA_GATEWAY => gateway = Some(parse_ip(value).ok()?),
             libc::RTA_OIF => ifindex = Some(parse_u32(value).ok()?),
             libc::RTA_PRIORITY => metric = Some(parse_u32(value).ok()?),
             _ => {}
         }
     }
-    (route_table == table).then_some(())?;
-    Some(DefaultRoute {
-        gateway: gateway?,
-        ifindex: ifindex?,
-        metric,
-        table,
+    Some(RouteInfo {
         header,
+        table,
+        dst,
+        gateway,
+        ifindex,
+        metric,
+    })
+}
+
+fn default_route(r: RouteInfo) -> Option<DefaultRoute> {
+    if r.header.destination_prefix_length != 0 || r.header.kind != RouteType::Unicast {
+        return None;
+    }
+    Some(DefaultRoute {
+        gateway: r.gateway?,
+        ifindex: r.ifindex?,
+        metric: r.metric,
+        table: r.table,
+        header: r.header,
     })
 }
