@@ -85,9 +85,17 @@ pub const SYSCTLS: &[(&str, &str)] = &[
     // so that a refused UDP datagram gets its error at once.
     ("net.ipv4.icmp_ratemask", "6160"),
     ("net.ipv6.icmp.ratelimit", "0"),
-    // IPv4 packets from the link whose source does not route back to it are
-    // dropped (IPv6: a netfilter rule does the same).
-    ("net.ipv4.conf.all.rp_filter", "1"),
+    // No strict reverse-path filter: the replies to the sidecar's own
+    // upstream queries (from the user-mode DNS forwarder, say, which the
+    // policy denies) come in on tap0 while an unmarked route lookup of their
+    // source leads to the reject device, so strict filtering (1) drops them
+    // and the resolver gets no answer. A forged source from the link is
+    // dropped by nf_tables instead (`iifname "sbx0" ip saddr != 100.64.0.2
+    // drop`, and the same for IPv6), in the forward and input chains. tap0
+    // gets its own value at creation, from `default`, which a new namespace
+    // may inherit from the host's: both are set.
+    ("net.ipv4.conf.all.rp_filter", "0"),
+    ("net.ipv4.conf.tap0.rp_filter", "0"),
 ];
 
 /// The sidecar's address on the link for `v6`.

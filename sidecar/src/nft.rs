@@ -12,6 +12,8 @@
 //!     oifname "rej0" reject with icmpx admin-prohibited }
 //!   chain input { type filter hook input priority 0; policy accept;
 //!     iifname "sbx0" icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept
+//!     iifname "sbx0" ip saddr != 100.64.0.2 drop
+//!     iifname "sbx0" ip6 saddr != fd6c:7a72::2 drop
 //!     iifname "sbx0" udp dport 53 accept
 //!     iifname "sbx0" tcp dport 53 accept
 //!     iifname "sbx0" meta l4proto tcp reject with tcp reset
@@ -23,8 +25,9 @@
 //! ```
 //!
 //! The anti-spoofing drops come first, so that a packet with a forged
-//! source is never answered (a reset or an ICMP error to an address the
-//! sandbox chose); then the rejects, before anything that could accept an
+//! source is never answered (a reset, an ICMP error or a DNS answer to an
+//! address the sandbox chose; neighbour discovery uses link-local sources and
+//! comes before them); in the forward chain then the rejects, before anything that could accept an
 //! established flow: a denied flow is reset, never silently dropped. The
 //! input chain lets the sandbox reach the sidecar's resolver and neighbour
 //! discovery, nothing else (not whatever else listens in the sidecar).
@@ -484,15 +487,17 @@ pub fn ruleset() -> Vec<Chain> {
         format!("oifname \"{REJECT_DEVICE}\""),
         format!("oifname \"{UPSTREAM_DEVICE}\""),
     );
-    let mut forward = Vec::new();
-    for v6 in [false, true] {
-        let ip = if v6 { "ip6" } else { "ip" };
-        let sandbox = link::sandbox(v6);
-        forward.push(rule(
-            format!("{iif} {ip} saddr != {sandbox} drop"),
-            &[&from_link, &saddr_not(sandbox), &[Expr::Verdict(NF_DROP)]],
-        ));
-    }
+    let anti_spoofing: Vec<Rule> = [false, true]
+        .map(|v6| {
+            let ip = if v6 { "ip6" } else { "ip" };
+            let sandbox = link::sandbox(v6);
+            rule(
+                format!("{iif} {ip} saddr != {sandbox} drop"),
+                &[&from_link, &saddr_not(sandbox), &[Expr::Verdict(NF_DROP)]],
+            )
+        })
+        .to_vec();
+    let mut forward = anti_spoofing.clone();
     forward.push(rule(
         format!("{oifr} meta l4proto tcp reject with tcp reset"),
         &[&to_reject, &l4proto(IPPROTO_TCP), &[TCP_RESET]],
@@ -519,6 +524,7 @@ pub fn ruleset() -> Vec<Chain> {
             &[&from_link, &icmpv6_type(kind), &[Expr::Verdict(NF_ACCEPT)]],
         ));
     }
+    input.extend(anti_spoofing);
     for (proto, name) in [(IPPROTO_UDP, "udp"), (IPPROTO_TCP, "tcp")] {
         input.push(rule(
             format!("{iif} {name} dport {DNS_PORT} accept"),
