@@ -56,6 +56,14 @@ sockopt_impl!(
     u32
 );
 sockopt_impl!(
+    /// IPV6_TRANSPARENT, to send from an address the sandbox does not have.
+    Ipv6Transparent,
+    SetOnly,
+    libc::IPPROTO_IPV6,
+    libc::IPV6_TRANSPARENT,
+    bool
+);
+sockopt_impl!(
     /// IPV6_UNICAST_IF: the interface index, in network byte order too.
     Ipv6UnicastIf,
     SetOnly,
@@ -145,6 +153,16 @@ mod sock {
             Ok(TcpStream::from(self.0))
         }
 
+        /// Bound to `local`, as a UDP socket.
+        pub fn bind(self, local: SocketAddr) -> std::net::UdpSocket {
+            nix::sys::socket::bind(
+                std::os::fd::AsRawFd::as_raw_fd(&self.0),
+                &SockaddrStorage::from(local),
+            )
+            .unwrap();
+            self.udp()
+        }
+
         pub fn udp(self) -> std::net::UdpSocket {
             std::net::UdpSocket::from(self.0)
         }
@@ -203,11 +221,17 @@ fn at(addr: &str, port: u16) -> SocketAddr {
     SocketAddr::new(addr.parse().unwrap(), port)
 }
 
+/// What the peer's UDP echo server received: each datagram's source and
+/// bytes.
+type Heard = Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
+
 /// A UDP echo server in the peer namespace, on one port of each of its
 /// addresses: an answer must come from the address asked, or it does not
 /// match the masqueraded flow.
-fn udp_echo(lab: &Lab) -> u16 {
+fn udp_echo(lab: &Lab) -> (u16, Heard) {
     let ns = File::open(&lab.peer_ns).unwrap();
+    let heard = Heard::default();
+    let log = heard.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     thread::spawn(move || {
         nix::sched::setns(ns, CloneFlags::CLONE_NEWNET).expect("setns into the peer");
@@ -224,15 +248,17 @@ fn udp_echo(lab: &Lab) -> u16 {
         }
         tx.send(port).unwrap();
         for socket in sockets {
+            let log = log.clone();
             thread::spawn(move || {
                 let mut buf = [0u8; 1500];
                 while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                    log.lock().unwrap().push((from, buf[..n].to_vec()));
                     let _ = socket.send_to(&buf[..n], from);
                 }
             });
         }
     });
-    rx.recv_timeout(Duration::from_secs(5)).unwrap()
+    (rx.recv_timeout(Duration::from_secs(5)).unwrap(), heard)
 }
 
 /// The test's upstream DNS server at 10.0.2.3:53 in the peer namespace:
@@ -388,6 +414,7 @@ struct Router {
     link: LinkReport,
     echo: u16,
     udp_echo: u16,
+    heard: Heard,
 }
 
 impl Router {
@@ -396,7 +423,7 @@ impl Router {
         // No way home from the peer for the link's subnets but masquerading.
         lab.peer_ip("-6 route del default");
         let echo = lab.echo_server();
-        let udp_echo = udp_echo(&lab);
+        let (udp_echo, heard) = udp_echo(&lab);
         set_sysctls(SYSCTLS);
         let dir = scratch(test);
         let netns = dir.join("sandbox.netns");
@@ -425,6 +452,7 @@ impl Router {
             link,
             echo,
             udp_echo,
+            heard,
         }
     }
 
@@ -805,6 +833,56 @@ fn the_sandbox_reaches_nothing_of_the_sidecar_but_its_resolver() {
             "udp [fd6c:7a72::1]:53"
         ]
     );
+}
+
+#[test]
+fn a_forged_source_from_the_sandbox_goes_nowhere() {
+    if !inside_private_namespaces("a_forged_source_from_the_sandbox_goes_nowhere") {
+        return;
+    }
+    let r = Router::start("spoof", &router_policy(), &[]);
+    let upstream = Upstream::start(&r.lab);
+    let uecho = r.udp_echo;
+    r.sandbox(|| {
+        // The agent is root in its namespace here: with IP_TRANSPARENT it
+        // may send from any address (as with a raw socket). To an allowed
+        // peer, and to the resolver (whose answer would go to the forged
+        // address), from outside the link's subnet and from another address
+        // of its IPv6 subnet (which masquerading would otherwise hide;
+        // IPv4's /30 has no other host address).
+        for (from, to) in [
+            ("198.51.100.99", at("192.0.2.1", uecho)),
+            ("2001:db8:ffff::1", at("2001:db8::7", uecho)),
+            ("fd6c:7a72::3", at("2001:db8::7", uecho)),
+            ("198.51.100.99", link::resolver_addresses()[0]),
+            ("2001:db8:ffff::1", link::resolver_addresses()[1]),
+        ] {
+            let u = sock::Socket::new(to, libc::SOCK_DGRAM);
+            if from.contains(':') {
+                setsockopt(&u, Ipv6Transparent, &true).unwrap();
+            } else {
+                setsockopt(&u, sockopt::IpTransparent, &true).unwrap();
+            }
+            let u = u.bind(at(from, 0));
+            let mut q = Message::query();
+            q.add_query(Query::query(
+                Name::from_ascii("forged.example.test.").unwrap(),
+                RecordType::A,
+            ));
+            u.send_to(&q.to_vec().unwrap(), to)
+                .unwrap_or_else(|e| panic!("from {from} to {to}: {e}"));
+        }
+        // The genuine source still goes.
+        let u = udp_socket("192.0.2.1");
+        u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        u.send_to(b"genuine", at("192.0.2.1", uecho)).unwrap();
+        u.recv_from(&mut [0u8; 16]).unwrap();
+    });
+    thread::sleep(Duration::from_millis(300));
+    let heard = r.heard.lock().unwrap().clone();
+    assert_eq!(heard.len(), 1, "the peer heard forged datagrams: {heard:?}");
+    assert_eq!(heard[0].1, b"genuine");
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
 }
 
 #[test]
