@@ -73,6 +73,12 @@ pub struct DomainAnchor {
     hash: String,
 }
 
+/// The domain lock of the domain `hash` (also for a Domain Root that can
+/// no longer say whose it is).
+pub fn lock_file_of(rundir: &RuntimeDir, hash: &str) -> PathBuf {
+    rundir.path().join(format!("lazaret_coord_{hash}.lock"))
+}
+
 impl DomainAnchor {
     /// Canonicalises `workspace` (it must be an existing folder) and hashes
     /// `"<profile>:<canonical path>"`.
@@ -139,9 +145,7 @@ impl DomainAnchor {
     }
 
     pub fn lock_file(&self, rundir: &RuntimeDir) -> PathBuf {
-        rundir
-            .path()
-            .join(format!("lazaret_coord_{}.lock", self.hash))
+        lock_file_of(rundir, &self.hash)
     }
 
     /// Held by the live Session Coordinator for its whole life.

@@ -113,6 +113,32 @@ pub fn list(data_root: &Path, labelled: &[LabelledDomain], owned: &[String]) -> 
     out
 }
 
+/// A Domain Root left by a start that failed before the coordinator could
+/// say whose it is: no containers, no `anchor.json`, nothing but the
+/// coordinator's log. Nothing in it is worth keeping but the log's reason.
+pub fn failed_start(entry: &Entry, labelled: &[LabelledDomain]) -> bool {
+    entry.state == State::Broken
+        && entry.workspace.is_none()
+        && !labelled.iter().any(|l| l.hash == entry.hash)
+        && std::fs::read_dir(&entry.root).is_ok_and(|mut files| {
+            files.all(|f| {
+                f.is_ok_and(|f| {
+                    f.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with("coordinator.log"))
+                        && f.file_type().is_ok_and(|t| t.is_file())
+                })
+            })
+        })
+}
+
+/// The last line of a failed start's log: why it failed.
+pub fn failure_reason(entry: &Entry) -> Option<String> {
+    crate::coordinator::log::tail(&entry.root.join("coordinator.log"), 1)
+        .pop()
+        .map(|l| lazaret_widgets::visible::visible(&l))
+}
+
 /// Parses an age: `30d`, `12h`, `45m`, `10s` (or bare seconds).
 pub fn parse_age(text: &str) -> Result<Duration, String> {
     let t = text.trim();

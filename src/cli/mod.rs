@@ -462,14 +462,14 @@ pub fn run() -> Result<ExitCode> {
             domain.workspace(),
             &prefix,
         )),
-        Command::Ui { domain, prefix } => crate::ui::run(
+        Command::Ui { domain, prefix } => passing_codes_through(crate::ui::run(
             crate::client::Mode::Workbench,
             &cli.config,
             &env,
             domain.profile(),
             domain.workspace(),
             &prefix,
-        ),
+        )),
         Command::Exec { domain, command } => passing_codes_through(session::exec(
             &cli.config,
             &env,
@@ -1335,11 +1335,18 @@ fn image_prune(
 fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
     let cwd = current_dir()?;
     let mut warnings = Vec::new();
+    let mut notes = Vec::new();
     for profile in config.profiles.values() {
         config.resolve(profile, &cwd, env, HostVars::Skip)?;
         for var in profile.unset_host_vars(env) {
             warnings.push(format!(
-                "profile {}: forwards ${var}, which is not set here; starting it will fail until you export {var}",
+                "profile {}: requires ${var}, which is not set here; starting it will fail until you export {var}",
+                profile.name
+            ));
+        }
+        for var in profile.unset_optional_host_vars(env) {
+            notes.push(format!(
+                "profile {}: ${var} is not set here; the sandbox starts without it",
                 profile.name
             ));
         }
@@ -1369,6 +1376,9 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
         for gap in e.gaps(&host) {
             warnings.push(format!("profile {}: {gap}", p.name));
         }
+    }
+    for n in &notes {
+        println!("note: {n}");
     }
     for w in &warnings {
         println!("warning: {w}");

@@ -374,6 +374,13 @@ pub fn down(
                 broken.push(b.hash);
             }
         }
+        // Folders of starts that failed are broken too, with nothing to
+        // bring down: they go, so `domains list` shows no broken domain.
+        let podman = crate::podman::Podman::default();
+        let labelled = crate::engine::labelled_domains(&podman)
+            .context("cannot list the domains' containers")?;
+        let entries = crate::domains::list(&config.data_root, &labelled, &coordinator_processes());
+        n += remove_failed_starts(&entries, &labelled, &rundir, &podman)?;
         if n == 0 && broken.is_empty() {
             println!("no domain was running");
         }
@@ -502,7 +509,7 @@ pub fn domains(
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let mut removed = 0;
+    let mut removed = remove_failed_starts(&entries, &labelled, &rundir, &podman)?;
     for e in entries {
         if e.state != State::Stopped || now.saturating_sub(e.last_used) < age.as_secs() {
             continue;
@@ -536,6 +543,38 @@ pub fn domains(
         println!("nothing to prune");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Removes the Domain Roots that failed starts left (see
+/// [`crate::domains::failed_start`]), whatever their age: `domains list`
+/// calls them broken and nothing else would ever remove them. One whose
+/// domain lock is held is starting now, and is left alone.
+fn remove_failed_starts(
+    entries: &[crate::domains::Entry],
+    labelled: &[crate::engine::LabelledDomain],
+    rundir: &RuntimeDir,
+    podman: &crate::podman::Podman,
+) -> Result<usize> {
+    let mut removed = 0;
+    for e in entries {
+        if !crate::domains::failed_start(e, labelled) {
+            continue;
+        }
+        let lock = crate::domain::lock_file_of(rundir, &e.hash);
+        let Some(_guard) = crate::coordinator::lock::try_exclusive(&lock)? else {
+            continue;
+        };
+        let why = crate::domains::failure_reason(e);
+        crate::domains::remove_root(podman, &e.root)
+            .map_err(|err| anyhow::anyhow!("cannot delete {}: {err}", e.root.display()))?;
+        let _ = std::fs::remove_file(&lock);
+        match why {
+            Some(why) => println!("removed {} (a start that failed: {why})", e.hash),
+            None => println!("removed {} (a start that failed)", e.hash),
+        }
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 /// Asks yes/no on a terminal; without one the answer is no.

@@ -138,17 +138,24 @@ pub(crate) fn load_with(
     Ok(config)
 }
 
-/// Checks what can fail a start before anything boots: host variables the
-/// profile forwards, and its image (the base image is built, with progress,
-/// when missing; any other local image must exist).
-pub(crate) fn preboot(config: &Config, profile: &str, env: &dyn HostEnv) -> Result<()> {
-    let Some(p) = config.profiles.get(profile) else {
-        return Ok(());
-    };
+/// Checks everything that can refuse a start before anything starts (no
+/// container, coordinator or domain folder): the profile, host variables it
+/// requires, the workspace (not too broad) and every path of the profile
+/// resolved as the coordinator will, and its image. With `build_base`, a
+/// missing base image is built here, with progress; otherwise (a new tab
+/// in the workbench, which owns the screen) the refusal says how.
+pub(crate) fn preboot(
+    config: &Config,
+    profile: &str,
+    workspace: &Path,
+    env: &dyn HostEnv,
+    build_base: bool,
+) -> Result<()> {
+    let p = config.select_profile(Some(profile))?;
     let unset = p.unset_host_vars(env);
     if !unset.is_empty() {
         bail!(
-            "profile {profile} forwards {}, not set here; export {} (or remove it from the profile's env) and try again",
+            "profile {profile} requires {}, not set here; export {}, or forward it only when set (\"env?:NAME\" in the profile's env) and try again",
             unset
                 .iter()
                 .map(|v| format!("${v}"))
@@ -157,27 +164,36 @@ pub(crate) fn preboot(config: &Config, profile: &str, env: &dyn HostEnv) -> Resu
             unset.join(", ")
         );
     }
+    config.resolve(p, workspace, env, crate::config::HostVars::Require)?;
+    // A domain that runs has its image: joining it asks podman nothing.
+    let anchor = crate::domain::DomainAnchor::new(&p.name, workspace)?;
+    if let Ok(rundir) = RuntimeDir::ensure(&RuntimeDir::locate(env))
+        && anchor.control_socket(&rundir).exists()
+    {
+        return Ok(());
+    }
     let podman = Podman::default();
     if podman.image_exists(&p.image).unwrap_or(true) {
         return Ok(());
+    }
+    // An agent's image is built from its recipe, never as a base release.
+    if let Some(agent) = p
+        .image
+        .strip_prefix("localhost/lazaret/agent-")
+        .and_then(|a| a.split(':').next())
+    {
+        bail!(
+            "profile {profile}: image {} does not exist; build it with `lazaret image build --agent {agent}`",
+            p.image
+        );
     }
     let release = p
         .image
         .strip_prefix(images::BASE_REPOSITORY)
         .and_then(|r| r.strip_prefix('/'))
         .and_then(|r| r.strip_suffix(":latest"))
-        .filter(|r| !r.contains('/'));
+        .filter(|r| !r.contains('/') && *r != "sidecar");
     let Some(release) = release else {
-        if let Some(agent) = p
-            .image
-            .strip_prefix("localhost/lazaret/agent-")
-            .and_then(|a| a.split(':').next())
-        {
-            bail!(
-                "profile {profile}: image {} does not exist; build it with `lazaret image build --agent {agent}`",
-                p.image
-            );
-        }
         if p.image.starts_with("localhost/") {
             bail!(
                 "profile {profile}: image {} does not exist; build it first (`podman images` lists what exists)",
@@ -187,6 +203,12 @@ pub(crate) fn preboot(config: &Config, profile: &str, env: &dyn HostEnv) -> Resu
         // A registry image: the engine pulls it at start.
         return Ok(());
     };
+    if !build_base {
+        bail!(
+            "profile {profile}: image {} does not exist; build it with `lazaret image build --release {release}`",
+            p.image
+        );
+    }
     eprintln!(
         "{} is missing: building it now (first use, about a minute)",
         p.image

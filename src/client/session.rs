@@ -229,7 +229,15 @@ pub(crate) fn run_in_sandbox(
     interactive: bool,
     purpose: &str,
 ) -> Result<ExitCode> {
-    let (_, ctx, _) = context(explicit, env, profile, workspace)?;
+    let (config, ctx, _) = context(explicit, env, profile, workspace)?;
+    // What is known now is said now, not after a coordinator failed.
+    super::preboot(
+        &config,
+        ctx.anchor.profile(),
+        ctx.anchor.workspace(),
+        env,
+        true,
+    )?;
     let session = SessionAnchor::new()?;
     let stdin_tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
     let out_tty = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);

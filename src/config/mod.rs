@@ -284,8 +284,12 @@ pub struct ProfileConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvValue {
     Literal(String),
-    /// `env:NAME`: read from the host environment when the sandbox starts.
+    /// `env:NAME`: read from the host environment when the sandbox starts;
+    /// unset, the start is refused.
     FromHost(String),
+    /// `env?:NAME`: forwarded when set, left out of the sandbox when not
+    /// (as `podman run -e NAME` does): for a key that a login can replace.
+    FromHostIfSet(String),
 }
 
 #[derive(Debug, Clone)]
@@ -667,6 +671,11 @@ impl Config {
                 EnvValue::Literal(s) => {
                     resolved_env.insert(key.clone(), s.clone());
                 }
+                EnvValue::FromHostIfSet(var) => {
+                    if let Some(s) = env.var(var) {
+                        resolved_env.insert(key.clone(), s);
+                    }
+                }
                 EnvValue::FromHost(var) => match env.var(var) {
                     Some(s) => {
                         resolved_env.insert(key.clone(), s);
@@ -678,7 +687,7 @@ impl Config {
                             location: self.merged.origin(&path).cloned(),
                             key: path,
                             message: format!(
-                                "forwards the host variable {var} (env:{var}), which is not set; export {var} or remove the entry"
+                                "forwards the host variable {var} (env:{var}), which is not set; export {var}, or write \"env?:{var}\" to start without it"
                             ),
                             security: false,
                         });
@@ -840,12 +849,24 @@ pub enum HostVars {
 }
 
 impl ProfileConfig {
-    /// Host variables this profile forwards (`env:NAME`) that are not set.
+    /// Host variables this profile requires (`env:NAME`) that are not set.
     pub fn unset_host_vars(&self, env: &dyn HostEnv) -> Vec<String> {
+        self.unset_forwards(env, true)
+    }
+
+    /// Host variables this profile forwards only when set (`env?:NAME`)
+    /// that are not set: the sandbox starts without them.
+    pub fn unset_optional_host_vars(&self, env: &dyn HostEnv) -> Vec<String> {
+        self.unset_forwards(env, false)
+    }
+
+    fn unset_forwards(&self, env: &dyn HostEnv, required: bool) -> Vec<String> {
         self.env
             .values()
-            .filter_map(|v| match v {
-                EnvValue::FromHost(var) if env.var(var).is_none() => Some(var.clone()),
+            .filter_map(|v| match (v, required) {
+                (EnvValue::FromHost(var), true) | (EnvValue::FromHostIfSet(var), false) => {
+                    env.var(var).is_none().then(|| var.clone())
+                }
                 _ => None,
             })
             .collect()
@@ -1098,13 +1119,25 @@ impl Validator<'_> {
                 self.problem(&key, format!("`{k}` is not a valid environment variable name (letters, digits, _; not starting with a digit)"));
                 continue;
             }
-            match value.strip_prefix("env:") {
-                Some(var) if is_env_name(var) => {
-                    env.insert(k.clone(), EnvValue::FromHost(var.to_string()));
+            let (prefix, forward) = match value.strip_prefix("env?:") {
+                Some(var) => ("env?:", Some((var, false))),
+                None => ("env:", value.strip_prefix("env:").map(|v| (v, true))),
+            };
+            match forward {
+                Some((var, required)) if is_env_name(var) => {
+                    let var = var.to_string();
+                    env.insert(
+                        k.clone(),
+                        if required {
+                            EnvValue::FromHost(var)
+                        } else {
+                            EnvValue::FromHostIfSet(var)
+                        },
+                    );
                 }
-                Some(var) => self.problem(
+                Some((var, _)) => self.problem(
                     &key,
-                    format!("`env:{var}` does not name a valid host variable"),
+                    format!("`{prefix}{var}` does not name a valid host variable"),
                 ),
                 None if value.contains('\0') => {
                     self.problem(&key, "contains a NUL character".into());

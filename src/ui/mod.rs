@@ -203,7 +203,13 @@ pub fn run(
     };
     let launch = launcher.launch(profile, &workspace)?;
     // What is known now is said now, not after the sandbox fails to boot.
-    crate::client::preboot(&launcher.config, &launch.profile, env)?;
+    crate::client::preboot(
+        &launcher.config,
+        &launch.profile,
+        launch.ctx.anchor.workspace(),
+        env,
+        true,
+    )?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

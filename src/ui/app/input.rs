@@ -176,7 +176,16 @@ impl App {
                     (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
                     _ => std::path::PathBuf::from(&workspace),
                 };
-                match self.launcher.launch(Some(&profile), &path) {
+                // Refused in the dialog, at once, before anything starts.
+                let launched = crate::client::preboot(
+                    &self.launcher.config,
+                    &profile,
+                    &path,
+                    &crate::host::SystemEnv,
+                    false,
+                )
+                .and_then(|()| self.launcher.launch(Some(&profile), &path));
+                match launched {
                     Ok(launch) => {
                         self.new_tab = None;
                         self.open_tab(&launch);
