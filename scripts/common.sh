@@ -28,3 +28,42 @@ as_login_user() {
   (cd / && runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user" LANG=C.UTF-8 \
     PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin "$@")
 }
+
+# Prepares USER for rootless podman: subordinate uids and gids, and the
+# overlay storage driver (fast starts; podman's rootless default here is
+# vfs, which copies the image at every start). A store podman already made
+# with another driver records it: an empty one is removed so the next
+# podman call makes an overlay store; one holding images or containers is
+# left, and its owner is told how to reset it. Idempotent.
+prepare_user() {
+  local user=$1 home group
+  home=$(getent passwd "$user" | cut -d: -f6)
+  group=$(id -gn "$user")
+  for f in /etc/subuid /etc/subgid; do
+    touch "$f"
+    if ! grep -q "^$user:" "$f"; then
+      local start
+      start=$(awk -F: 'BEGIN{m=100000} {e=$2+$3; if (e>m) m=e} END{print m}' "$f")
+      echo "$user:$start:65536" >> "$f"
+      note "$f: gave $user 65536 ids from $start"
+    fi
+  done
+  local sc="$home/.config/containers/storage.conf"
+  [ ! -f "$sc" ] || { note "$sc exists: left as it is"; return 0; }
+  local store="$home/.local/share/containers/storage"
+  if [ -d "$store" ]; then
+    local held
+    held=$(as_login_user "$user" podman ps -aq 2>/dev/null; as_login_user "$user" podman images -q 2>/dev/null)
+    if [ -n "$held" ]; then
+      note "$store holds $user's images or containers, made with another storage driver: as $user, run"
+      note "  podman system reset --force   (deletes them), then: sudo scripts/add-user $user"
+      return 0
+    fi
+    rm -rf "$store"
+    note "$store: removed (empty, made with another storage driver)"
+  fi
+  install -d -o "$user" -g "$group" "$home/.config" "$home/.config/containers"
+  printf '[storage]\ndriver = "overlay"\n' > "$sc"
+  chown "$user:$group" "$sc"
+  note "$sc: overlay storage driver"
+}

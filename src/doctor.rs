@@ -274,20 +274,67 @@ fn storage_check() -> Check {
     };
     let outcome = match output(
         &podman,
-        &["info", "--format", "{{.Store.GraphDriverName}}"],
+        &[
+            "info",
+            "--format",
+            "{{.Store.GraphDriverName}}\t{{.Store.GraphRoot}}\t{{.Store.ImageStore.Number}}\t{{.Store.ContainerStore.Number}}",
+        ],
         Duration::from_secs(90),
     ) {
-        Ok(driver) if driver.trim() == "overlay" => Outcome::Pass("overlay".into()),
-        Ok(driver) => fail(
-            format!(
-                "rootless storage uses `{}`: every container start copies the image (seconds instead of 0.3 s)",
-                driver.trim()
-            ),
-            "printf '[storage]\\ndriver = \"overlay\"\\n' > ~/.config/containers/storage.conf && podman system reset --force   (reset deletes your rootless images and containers)",
-        ),
+        Ok(info) => {
+            let f: Vec<&str> = info.trim().split('\t').collect();
+            match f[..] {
+                ["overlay", ..] => Outcome::Pass("overlay".into()),
+                [driver, root, images, containers] => fail(
+                    format!(
+                        "rootless storage uses `{driver}`: every container start copies the image (seconds instead of 0.3 s)"
+                    ),
+                    overlay_fix(
+                        Path::new(root),
+                        images.parse().unwrap_or(1),
+                        containers.parse().unwrap_or(1),
+                    ),
+                ),
+                _ => fail(
+                    format!("`podman info` answered `{}`", info.trim()),
+                    format!("run `podman info` to see why; {SETUP}"),
+                ),
+            }
+        }
         Err(e) => fail(e, format!("run `podman info` to see why; {SETUP}")),
     };
     Check::new("storage driver", true, outcome)
+}
+
+/// A command that switches this user's rootless storage to overlay, to be
+/// pasted as printed. The store records its driver, so the old one goes:
+/// an empty store is simply removed; one with images or containers is
+/// reset by podman first, with the old configuration still in place (a
+/// reset under the new driver fails on the old store).
+fn overlay_fix(graph_root: &Path, images: u64, containers: u64) -> String {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let conf = home
+        .as_ref()
+        .map(|h| h.join(".config/containers/storage.conf"));
+    if conf.as_ref().is_some_and(|c| c.exists()) {
+        return format!(
+            "set driver = \"overlay\" under [storage] in {}, then: podman system reset --force   (deletes your {images} image(s) and {containers} container(s))",
+            conf.unwrap().display()
+        );
+    }
+    let write = "mkdir -p ~/.config/containers && printf '[storage]\\ndriver = \"overlay\"\\n' > ~/.config/containers/storage.conf";
+    if images == 0 && containers == 0 {
+        let root = graph_root.display().to_string();
+        let root = match home.as_ref().and_then(|h| graph_root.strip_prefix(h).ok()) {
+            Some(rel) => format!("~/{}", rel.display()),
+            None => root,
+        };
+        format!("{write} && rm -rf {root}   (it holds no image and no container: nothing is lost)")
+    } else {
+        format!(
+            "podman system reset --force && {write}   (the reset deletes your {images} image(s) and {containers} container(s))"
+        )
+    }
 }
 
 /// The containers.conf files podman reads, lowest precedence first: each

@@ -242,3 +242,182 @@ fn new_tab_refusal_is_said_in_the_dialog_at_once() {
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
+
+/// A throwaway account this test makes (and removes, with the processes
+/// it started there), for the first hour of a second user.
+struct Account {
+    name: String,
+    uid: u32,
+    home: PathBuf,
+    /// Processes of this uid that were not ours (a deleted user's, reused).
+    before: Vec<u32>,
+}
+
+impl Account {
+    /// `name`, created with `create` (the test's own useradd) or already
+    /// made by the program under test.
+    fn adopt(name: &str) -> Account {
+        let u = nix::unistd::User::from_name(name)
+            .unwrap()
+            .unwrap_or_else(|| panic!("no user {name}"));
+        let uid = u.uid.as_raw();
+        Account {
+            name: name.into(),
+            uid,
+            home: u.dir,
+            before: pids_of(uid),
+        }
+    }
+
+    fn create(name: &str) -> Account {
+        let out = std::process::Command::new("useradd")
+            .args(["-m", "-s", "/bin/bash", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "useradd: {}", text(&out).1);
+        Account::adopt(name)
+    }
+
+    /// `program ARGS` as this account, in a login-like environment.
+    fn run(&self, program: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = std::process::Command::new("runuser")
+            .args(["-u", &self.name, "--", "env", "-i"])
+            .arg(format!("HOME={}", self.home.display()))
+            .arg(format!("USER={}", self.name))
+            .arg(format!("LOGNAME={}", self.name))
+            .arg(format!("PATH={STANDARD_PATH}"))
+            .arg("LANG=C.UTF-8")
+            .arg(program)
+            .args(args)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let (o, e) = text(&out);
+        (out.status.code(), o, e)
+    }
+
+    fn doctor(&self) -> (Option<i32>, String, String) {
+        self.run(&common::lazaret_bin(), &["doctor"])
+    }
+}
+
+impl Drop for Account {
+    fn drop(&mut self) {
+        // podman's pause process, and anything else this test started here.
+        for pid in pids_of(self.uid) {
+            if !self.before.contains(&pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let _ = std::process::Command::new("userdel")
+            .args(["-f", "-r", &self.name])
+            .output();
+    }
+}
+
+fn pids_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok().map(|p| (p, e)))
+        .filter(|(_, e)| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// `(check, fix)` of every FAIL line of a doctor report.
+fn failed_fixes(report: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = report.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(rest) = l.strip_prefix("FAIL  ") {
+            let fix = lines
+                .get(i + 1)
+                .and_then(|n| n.trim_start().strip_prefix("fix: "))
+                .unwrap_or_else(|| panic!("FAIL without a fix:\n{report}"));
+            out.push((rest.to_string(), fix.to_string()));
+        }
+    }
+    out
+}
+
+/// Item 2: on a fresh account, every fix `lazaret doctor` prints works when
+/// pasted as printed, and doctor passes afterwards.
+#[test]
+fn doctor_fixes_work_pasted_as_printed_on_a_fresh_account() {
+    if !common::can_run_as_root("it makes a throwaway account") {
+        return;
+    }
+    let a = Account::create(&format!("lzt27d{}", std::process::id() % 100_000));
+    let (_, report, err) = a.doctor();
+    let fixes = failed_fixes(&report);
+    assert!(
+        common::can_run(
+            fixes.iter().any(|(c, _)| c.starts_with("storage driver")),
+            "podman's rootless default storage here is already overlay: no fix to paste"
+        ),
+        "{report}{err}"
+    );
+    for (check, fix) in &fixes {
+        // The fix as printed, before any note in parentheses.
+        let command = fix.split("   (").next().unwrap();
+        let (code, o, e) = a.run(Path::new("/bin/bash"), &["-c", command]);
+        assert_eq!(code, Some(0), "`{command}` for {check}: {o}{e}");
+        assert_eq!(e, "", "`{command}` for {check} printed errors");
+    }
+    let (code, report, err) = a.doctor();
+    assert_eq!(code, Some(0), "{report}{err}");
+    assert!(
+        report.contains("ok    storage driver   overlay"),
+        "{report}"
+    );
+}
+
+/// Item 2: one documented command prepares a second account, new or one
+/// where podman already ran (and made a vfs store): doctor passes after it.
+#[test]
+fn add_user_prepares_a_second_account_in_one_command() {
+    if !common::can_run_as_root("it makes throwaway accounts") {
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/add-user");
+    let add = |name: &str| {
+        let out = std::process::Command::new(&script)
+            .arg(name)
+            .output()
+            .unwrap();
+        let (o, e) = text(&out);
+        (
+            out.status.success(),
+            format!("scripts/add-user {name}: {o}{e}"),
+        )
+    };
+    // A new account, made by the script (removed whatever happens next).
+    let name = format!("lzt27n{}", std::process::id() % 100_000);
+    let (ok, said) = add(&name);
+    let fresh = nix::unistd::User::from_name(&name)
+        .unwrap()
+        .map(|_| Account::adopt(&name));
+    assert!(ok && fresh.is_some(), "{said}");
+    let fresh = fresh.unwrap();
+    assert!(said.contains(&format!("creating user {name}")), "{said}");
+    let (code, report, err) = fresh.doctor();
+    assert_eq!(code, Some(0), "{report}{err}");
+    // An account whose podman already made its store (doctor does).
+    let used = Account::create(&format!("lzt27u{}", std::process::id() % 100_000));
+    let (_, report, _) = used.doctor();
+    assert!(report.contains("FAIL  storage driver"), "{report}");
+    let (ok, said) = add(&used.name);
+    assert!(ok && said.contains("removed (empty"), "{said}");
+    let (code, report, err) = used.doctor();
+    assert_eq!(code, Some(0), "{report}{err}");
+    // Run again, it changes nothing.
+    let (ok, said) = add(&used.name);
+    assert!(ok && said.contains("exists: left as it is"), "{said}");
+}
