@@ -421,3 +421,77 @@ fn add_user_prepares_a_second_account_in_one_command() {
     let (ok, said) = add(&used.name);
     assert!(ok && said.contains("exists: left as it is"), "{said}");
 }
+
+/// Item 4: `lazaret down` from another terminal tells each attached client
+/// what stopped its domain (the command, user, pid and time, from the
+/// coordinator's record), and `exec` and `shell` exit with 122 (neither
+/// Lazaret's 125 nor the command's own); a workbench tab says it instead
+/// of guessing at the image. The coordinator audits the request.
+#[test]
+fn a_client_is_told_who_stopped_its_domain() {
+    let d = Domain::new("rc");
+    let user = common::test_user().map_or_else(
+        || {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .unwrap()
+                .unwrap()
+                .name
+        },
+        |u| u.name.clone(),
+    );
+    let down = || {
+        let out = d.cmd_raw(STANDARD_PATH, &["down", "rc"]).output().unwrap();
+        assert!(out.status.success(), "down: {}", text(&out).1);
+    };
+    let said_who = |s: &str| {
+        s.contains("the domain was stopped by `")
+            && s.contains(" down rc")
+            && s.contains(&format!("(user {user}, pid "))
+            && s.contains(" UTC")
+    };
+
+    // exec, without a terminal.
+    let child = d
+        .cmd_raw(STANDARD_PATH, &["exec", "rc", "--", "sleep", "600"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while d.sh("pgrep -x sleep").0 != 0 {
+        assert!(std::time::Instant::now() < deadline, "the exec never ran");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    down();
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out).1;
+    assert_eq!(out.status.code(), Some(122), "{err}");
+    assert!(said_who(&err), "{err}");
+    let kinds: Vec<String> = d
+        .audit_json()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(kinds.iter().any(|k| k == "down-requested"), "{kinds:?}");
+
+    // shell, on a terminal: the message and the code on the terminal it
+    // returns to.
+    let t = d.tmux(120, 34, "shell rc", Some("echo EXIT=$?; sleep 60"));
+    t.wait_for(120, "the shell", |s| s.contains("root@"));
+    down();
+    let s = t.wait_for(30, "the shell's end", |s| s.contains("EXIT="));
+    assert!(s.contains("EXIT=122"), "{s}");
+    assert!(said_who(&s.replace('\n', "")), "{s}");
+    drop(t);
+
+    // A workbench tab says it, and nothing about the image.
+    let t = d.tmux(160, 40, "ui rc", None);
+    t.wait_for(120, "the tab's shell", |s| s.contains("root@"));
+    down();
+    let s = t.wait_for(30, "the tab's reason", |s| s.contains("x closes this tab"));
+    assert!(said_who(&s.replace('\n', "")), "{s}");
+    assert!(!s.contains("not in the profile's image"), "{s}");
+    t.send(&["C-a", "q"]);
+    t.wait_exit(30, "lazaret ui");
+}

@@ -17,7 +17,8 @@ use super::context;
 use crate::coordinator::client::{self, ClientError, Hello};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, PROTOCOL_VERSION, read_frame,
+    write_frame,
 };
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
@@ -315,7 +316,7 @@ pub(crate) fn run_in_sandbox(
         }
     };
     announce(&client.domain);
-    let guard = (out_tty || err_tty).then(TerminalGuard::new);
+    let mut guard = (out_tty || err_tty).then(TerminalGuard::new);
     let outcome = rt.block_on(async {
         let mut child = match child {
             Some(child) => child,
@@ -334,12 +335,33 @@ pub(crate) fn run_in_sandbox(
         let mut listening = true;
         // Messages read while a prompt was up, in order.
         let mut queued = VecDeque::new();
+        // Who stopped the domain under this session, if someone did.
+        let mut stopped = None;
         loop {
             if let Some(s) = status
                 && out.is_none()
                 && err.is_none()
             {
-                return Ok(Ended::Exited(s));
+                // An exec killed under us (137, or podman's 125-127, 255)
+                // may end before the coordinator's notice is read: wait
+                // for it briefly. A command's own exit is not delayed.
+                if stopped.is_none() && listening && exit_code_of(s) >= 125 {
+                    while let Ok(Ok(msg)) = tokio::time::timeout(
+                        Duration::from_millis(500),
+                        next_msg(&mut queued, &mut client.stream),
+                    )
+                    .await
+                    {
+                        if let CoordMsg::ShuttingDown { stopped_by } = msg {
+                            stopped = stopped_by;
+                            break;
+                        }
+                    }
+                }
+                return Ok(match stopped {
+                    Some(by) => Ended::Stopped(by),
+                    None => Ended::Exited(s),
+                });
             }
             // While a prompt is up this task does not read the pipes: the
             // sandbox's output waits there and shows after the answer.
@@ -348,7 +370,10 @@ pub(crate) fn run_in_sandbox(
                     status = Some(s.context("podman exec failed")?);
                     drain_until = Some(tokio::time::Instant::now() + Duration::from_secs(2));
                 }
-                _ = sleep_until_opt(drain_until) => return Ok(Ended::Exited(status.unwrap_or_default())),
+                _ = sleep_until_opt(drain_until) => return Ok(match stopped {
+                    Some(by) => Ended::Stopped(by),
+                    None => Ended::Exited(status.unwrap_or_default()),
+                }),
                 n = read_some(&mut out, &mut out_buf) => match n {
                     Ok(n) if n > 0 => pass(&mut std::io::stdout(), &out_filter.filter(&out_buf[..n])),
                     _ => out = None,
@@ -385,8 +410,11 @@ pub(crate) fn run_in_sandbox(
                     }
                     Ok(CoordMsg::Warning { message }) => eprint!("\r\nlazaret: !! {}\r\n", visible(&message)),
                     // The domain is going down: the sandbox ends, and with
-                    // it this exec.
-                    Ok(CoordMsg::ShuttingDown) => listening = false,
+                    // it this exec; who asked is said when it has ended.
+                    Ok(CoordMsg::ShuttingDown { stopped_by }) => {
+                        stopped = stopped_by;
+                        listening = false;
+                    }
                     // The coordinator died (the sandbox lives on): attach as
                     // the same session to a new one, which adopts the domain
                     // and counts this session.
@@ -410,6 +438,11 @@ pub(crate) fn run_in_sandbox(
     });
     let code = match outcome {
         Ok(Ended::Exited(status)) => Ok(exit_code(status)),
+        Ok(Ended::Stopped(by)) => {
+            drop(guard.take());
+            eprintln!("lazaret: {by}; the session's command was ended (exit code {EXIT_STOPPED})");
+            Ok(ExitCode::from(EXIT_STOPPED))
+        }
         Ok(Ended::Signal(mut child, sig)) => {
             // The exec ends with Lazaret; its exit code says which signal.
             if let Some(pid) = child.id() {
@@ -441,6 +474,8 @@ pub(crate) fn run_in_sandbox(
 /// How a plain session's exec ended.
 enum Ended {
     Exited(std::process::ExitStatus),
+    /// Someone else stopped the domain (`lazaret down`).
+    Stopped(crate::coordinator::protocol::StoppedBy),
     Signal(tokio::process::Child, i32),
 }
 
@@ -581,11 +616,16 @@ fn credential_lifetime() -> Duration {
 }
 
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    ExitCode::from(exit_code_of(status))
+}
+
+/// A process's exit status as a shell's `$?` has it.
+fn exit_code_of(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-        _ => ExitCode::FAILURE,
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        _ => 1,
     }
 }
 

@@ -349,7 +349,7 @@ async fn boot_news(
             Ok(Ok(CoordMsg::SandboxStarted)) => {}
             Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(BootNews::Welcome(Box::new(domain))),
             Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
-            Ok(Ok(CoordMsg::ShuttingDown)) | Ok(Err(FrameError::Closed)) => {
+            Ok(Ok(CoordMsg::ShuttingDown { .. })) | Ok(Err(FrameError::Closed)) => {
                 return Ok(BootNews::Gone);
             }
             Ok(Ok(other)) => {

@@ -6,7 +6,7 @@ use lazaret_escalate::protocol::{self as escalate_protocol, ProtocolError};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -73,7 +73,11 @@ pub enum CoordMsg {
         message: String,
     },
     /// The domain is being torn down; connect again to start a new one.
-    ShuttingDown,
+    /// `stopped_by`: the `lazaret down` that asked, if one did.
+    ShuttingDown {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stopped_by: Option<StoppedBy>,
+    },
     /// An escalation request of this session needs its human.
     Prompt {
         prompt: crate::coordinator::escalation::Prompt,
@@ -93,6 +97,36 @@ pub enum CoordMsg {
     Warning {
         message: String,
     },
+}
+
+/// Who stopped a domain: the process that sent `Down`, from the control
+/// socket's peer credentials (not from what the client says of itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoppedBy {
+    /// Its command line, as `/proc/PID/cmdline` had it.
+    pub command: String,
+    pub user: String,
+    pub pid: u32,
+    /// Seconds since the epoch.
+    pub at: u64,
+}
+
+/// The exit code of `shell`, `exec` and `ui` when someone else stopped the
+/// domain under them: neither Lazaret's own failure (125) nor the
+/// command's own exit code, which the stop took away.
+pub const EXIT_STOPPED: u8 = 122;
+
+impl std::fmt::Display for StoppedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the domain was stopped by `{}` (user {}, pid {}) at {}",
+            lazaret_widgets::visible::visible(&self.command),
+            self.user,
+            self.pid,
+            lazaret_sidecar::names::clock(self.at)
+        )
+    }
 }
 
 /// What `lazaret status` shows for a domain.

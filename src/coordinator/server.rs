@@ -17,8 +17,8 @@ use super::escalation::{
     Setup, ToHuman, Verdict,
 };
 use super::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, read_frame,
-    write_frame,
+    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, StoppedBy,
+    read_frame, write_frame,
 };
 use super::store::{Store, Verification};
 use crate::config::ResolvedProfile;
@@ -55,6 +55,8 @@ struct Shared {
     pending: Mutex<BTreeMap<String, PendingPrompt>>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
+    /// Who asked for the teardown (`lazaret down`), told to every session.
+    stopped_by: Mutex<Option<StoppedBy>>,
     /// Limits this host does not apply (filled at boot).
     limit_gaps: Mutex<Vec<String>>,
     /// How many connections each listener may hold (bounds).
@@ -345,6 +347,7 @@ async fn serve(
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
         shutdown: shutdown_tx,
+        stopped_by: Mutex::new(None),
         limit_gaps: Mutex::new(Vec::new()),
         budget,
         emergency: Emergency::open(),
@@ -545,6 +548,44 @@ async fn serve(
     };
     shared.audit("domain-down", outcome).await;
     Ok(())
+}
+
+impl Shared {
+    /// The teardown notice, with who asked for it when someone did.
+    fn shutting_down(&self) -> CoordMsg {
+        CoordMsg::ShuttingDown {
+            stopped_by: self.stopped_by.lock().expect("lock").clone(),
+        }
+    }
+}
+
+/// The process at the other end of `stream`, from the kernel's peer
+/// credentials: its command line, user, pid, and now.
+fn stopped_by(stream: &UnixStream) -> StoppedBy {
+    let cred = stream.peer_cred().ok();
+    let pid = cred.and_then(|c| c.pid()).unwrap_or(0).max(0) as u32;
+    let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "an unknown process".into());
+    let user = cred
+        .and_then(|c| nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(c.uid())).ok())
+        .flatten()
+        .map_or_else(|| "unknown".into(), |u| u.name);
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    StoppedBy {
+        command,
+        user,
+        pid,
+        at,
+    }
 }
 
 /// How often the watchdog looks at the sandbox's processes.
@@ -758,7 +799,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
         return;
     }
     if *shared.shutdown.borrow() {
-        let _ = write_frame(&mut stream, &CoordMsg::ShuttingDown).await;
+        let _ = write_frame(&mut stream, &shared.shutting_down()).await;
         return;
     }
     let mut human_rx: Option<mpsc::UnboundedReceiver<ToHuman>> = None;
@@ -947,7 +988,7 @@ async fn serve_session(
                 continue;
             }
             _ = shutdown.changed() => {
-                let _ = write_frame(stream, &CoordMsg::ShuttingDown).await;
+                let _ = write_frame(stream, &shared.shutting_down()).await;
                 return Ok(());
             }
         };
@@ -980,9 +1021,17 @@ async fn serve_session(
                 }
             }
             ClientMsg::Down => {
-                log("down requested");
+                let by = stopped_by(stream);
+                log(&format!("down requested: {by}"));
+                shared
+                    .audit(
+                        "down-requested",
+                        serde_json::to_value(&by).unwrap_or_default(),
+                    )
+                    .await;
+                shared.stopped_by.lock().expect("lock").get_or_insert(by);
                 let _ = shared.shutdown.send(true);
-                CoordMsg::ShuttingDown
+                shared.shutting_down()
             }
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),

@@ -76,6 +76,7 @@ pub const SUPERVISION_KINDS: &[&str] = &[
     "coordinator-start",
     "domain-up",
     "domain-down",
+    "down-requested",
     "session-start",
     "session-end",
     "supervision-lost",

@@ -31,7 +31,7 @@ use super::tab::{self, ModalMode, Pending, Phase, Tab};
 use super::{Ev, FRAME, NetTable, key_matches};
 use crate::client::{Launch, Launcher, Mode};
 use crate::coordinator::escalation::Verdict;
-use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus};
+use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, StoppedBy};
 
 /// Parses a prefix key written as `C-a`, `C-b`, `M-a`, `F12`.
 pub fn parse_prefix(s: &str) -> Result<KeyEvent> {
@@ -135,6 +135,8 @@ pub struct App {
     exit_code: Option<u8>,
     /// `lazaret shell` could not start its session.
     failure: Option<String>,
+    /// Someone else stopped `lazaret shell`'s domain (`lazaret down`).
+    pub stopped: Option<StoppedBy>,
     seen: Vec<Seen>,
     audit: Vec<AuditEntry>,
     message: Option<String>,
@@ -194,6 +196,7 @@ impl App {
             domains: Vec::new(),
             network: None,
             exit_code: None,
+            stopped: None,
             failure: None,
             seen: Vec::new(),
             audit: Vec::new(),
@@ -425,6 +428,19 @@ impl App {
                     if let Some(code) = code {
                         self.exit_code = Some(code);
                     }
+                    // Stopped by someone else: that is the reason, not
+                    // how podman exec ended when its container went.
+                    if let Some(by) = self.tabs[i].stopped_by(code) {
+                        if self.mode == Mode::Shell {
+                            self.stopped = Some(by);
+                            self.close_tab(i);
+                        } else {
+                            let prefix = self.prefix_text.clone();
+                            self.tabs[i].failed(&format!("{by}; {prefix} x closes this tab"));
+                            self.dirty = true;
+                        }
+                        return;
+                    }
                     // A failed session command stays on screen with its
                     // reason (and its last lines above it) until the user
                     // closes the tab: the UI must not vanish without a word.
@@ -627,9 +643,10 @@ impl App {
                 let title = tab.title.clone();
                 self.message = Some(format!("tab {title}: {message}"));
             }
-            CoordMsg::ShuttingDown => {
-                tab.progress("lazaret: the domain is shutting down");
-            }
+            CoordMsg::ShuttingDown { stopped_by } => match stopped_by {
+                Some(by) => tab.progress(&format!("lazaret: {by}")),
+                None => tab.progress("lazaret: the domain is shutting down"),
+            },
             _ => {}
         }
         self.dirty = true;

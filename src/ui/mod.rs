@@ -277,6 +277,7 @@ pub fn run(
     app.first_tab(size);
     let result = app.run(&mut term, &rx);
     let outcome = app.outcome();
+    let stopped = app.stopped.take();
     // Shells first (their PTY writers must outlive them), then the control
     // streams: the last session out tears the domain down.
     app.shutdown();
@@ -285,6 +286,12 @@ pub fn run(
     let _ = std::io::stdout().flush();
     result?;
     drop(_guard);
+    // Said on the terminal the shell returns to, after its screen is gone.
+    if let Some(by) = stopped {
+        let code = crate::coordinator::protocol::EXIT_STOPPED;
+        eprintln!("lazaret: {by}; the shell was ended (exit code {code})");
+        return Ok(ExitCode::from(code));
+    }
     match outcome {
         // podman's own failures (125-127) and 255 never pass unexplained.
         Ok(code) if code == 255 || (125..=127).contains(&code) => {

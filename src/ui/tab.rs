@@ -20,7 +20,9 @@ use crate::client::session::SessionAnchor;
 use crate::client::terminal::paint;
 use crate::coordinator::client::{self};
 use crate::coordinator::escalation::Prompt;
-use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, read_frame, write_frame};
+use crate::coordinator::protocol::{
+    ClientMsg, CoordMsg, DomainStatus, StoppedBy, read_frame, write_frame,
+};
 
 /// Rows of scrollback each pane keeps.
 const SCROLLBACK: usize = 10_000;
@@ -230,9 +232,26 @@ pub struct Tab {
     /// What the tab runs, and where.
     pub launch: Launch,
     started: Instant,
+    /// Who stopped the domain under this tab, set by its control thread as
+    /// soon as the coordinator says so (before the shell's end is seen).
+    pub stopped_by: Arc<Mutex<Option<StoppedBy>>>,
 }
 
 impl Tab {
+    /// Who stopped the domain under this tab; a shell killed with it (exit
+    /// 125 and up) may end before the notice is read, so that waits a
+    /// moment for it.
+    pub fn stopped_by(&self, code: Option<u8>) -> Option<StoppedBy> {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            let by = self.stopped_by.lock().expect("lock").clone();
+            if by.is_some() || code.is_some_and(|c| c < 125) || Instant::now() > deadline {
+                return by;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Starts connecting (in `rt`); the pane shows the boot progress.
     pub fn start(
         id: u64,
@@ -250,6 +269,8 @@ impl Tab {
         let launch_copy = launch.clone();
         let launch = launch.clone();
         let failed = tx.clone();
+        let stopped_by = Arc::new(Mutex::new(None));
+        let stopped = Arc::clone(&stopped_by);
         let control = std::thread::Builder::new()
             .name(format!("control-{id}"))
             .spawn(move || {
@@ -257,7 +278,7 @@ impl Tab {
                     .enable_all()
                     .build()
                 {
-                    Ok(rt) => rt.block_on(control(id, launch, out_rx, tx)),
+                    Ok(rt) => rt.block_on(control(id, launch, out_rx, tx, stopped)),
                     Err(e) => {
                         let _ = tx.send(Ev::Failed(id, format!("no async runtime: {e}")));
                     }
@@ -283,6 +304,7 @@ impl Tab {
             prompts: VecDeque::new(),
             launch: launch_copy,
             started: Instant::now(),
+            stopped_by,
         }
     }
 
@@ -467,6 +489,7 @@ async fn control(
     launch: Launch,
     mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
     tx: std::sync::mpsc::Sender<Ev>,
+    stopped: Arc<Mutex<Option<StoppedBy>>>,
 ) {
     let session = match SessionAnchor::new() {
         Ok(s) => s,
@@ -528,7 +551,12 @@ async fn control(
         let reader = async {
             let mut going_down = false;
             while let Ok(msg) = read_frame::<_, CoordMsg>(&mut r).await {
-                going_down |= matches!(msg, CoordMsg::ShuttingDown);
+                if let CoordMsg::ShuttingDown { stopped_by } = &msg {
+                    going_down = true;
+                    if let Some(by) = stopped_by {
+                        *stopped.lock().expect("lock") = Some(by.clone());
+                    }
+                }
                 if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
                     return false;
                 }
