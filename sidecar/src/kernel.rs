@@ -42,7 +42,10 @@ pub const PRIORITY_FLOOR: u32 = 10_999;
 pub enum Action {
     /// `lookup GATEWAY_TABLE`: out through the namespace's gateway.
     Gateway,
-    /// `prohibit`: connect fails at once with EACCES.
+    /// `prohibit`: connect fails at once with EACCES. In router mode (`serve
+    /// --link`) the rule is `lookup REJECT_TABLE` instead, where netfilter
+    /// refuses at once what is forwarded (see [`crate::link`]); the model,
+    /// the priorities and the plan are the same.
     Prohibit,
 }
 

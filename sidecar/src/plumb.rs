@@ -147,10 +147,12 @@ pub fn link(sidecar_pid: u32, netns: &Path) -> Result<LinkReport> {
         .ok_or_else(|| missing("lo", &sandbox_what))?;
 
     // Up before the addresses: a veth has carrier once both ends are up,
-    // and IPv6 addresses on a link without carrier stay tentative.
+    // and IPv6 addresses on a link without carrier stay tentative. The
+    // sandbox's end last: it finds carrier as it comes up, so its addresses
+    // are usable at once (the router's end learns of carrier a moment later).
+    sc.set_up(r, ROUTER_DEVICE)?;
     sb.set_up(lo, "lo")?;
     sb.set_up(s, SANDBOX_DEVICE)?;
-    sc.set_up(r, ROUTER_DEVICE)?;
     let router_addresses = addresses(true);
     let sandbox_addresses = addresses(false);
     for a in &router_addresses {

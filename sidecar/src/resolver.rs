@@ -71,7 +71,11 @@ fn bind_free(addr: SocketAddr, kind: SockType) -> Result<OwnedFd> {
             .and_then(|()| setsockopt(&fd, Ipv6Freebind, &true)),
     }
     .context("cannot set IP_FREEBIND")?;
-    setsockopt(&fd, sockopt::ReuseAddr, &true).context("cannot set SO_REUSEADDR")?;
+    if kind == SockType::Stream {
+        // As std's TcpListener::bind does (not for UDP: a second socket
+        // could then share the port).
+        setsockopt(&fd, sockopt::ReuseAddr, &true).context("cannot set SO_REUSEADDR")?;
+    }
     bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).context("cannot bind")?;
     if kind == SockType::Stream {
         listen(&fd, Backlog::new(128).unwrap_or(Backlog::MAXCONN)).context("cannot listen")?;

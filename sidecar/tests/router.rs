@@ -243,8 +243,21 @@ fn udp_echo(lab: &Lab) -> (u16, Heard) {
             .skip(1)
             .chain(&["10.0.2.2/32", "fd00::2/128"])
         {
-            let addr: IpAddr = a.split('/').next().unwrap().parse().unwrap();
-            sockets.push(UdpSocket::bind(SocketAddr::new(addr, port)).unwrap());
+            let addr = SocketAddr::new(a.split('/').next().unwrap().parse().unwrap(), port);
+            // An IPv6 address stays tentative until the link's carrier is
+            // seen (a moment after both ends are up).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let socket = loop {
+                match UdpSocket::bind(addr) {
+                    Err(e)
+                        if e.kind() == ErrorKind::AddrNotAvailable && Instant::now() < deadline =>
+                    {
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                    other => break other.unwrap(),
+                }
+            };
+            sockets.push(socket);
         }
         tx.send(port).unwrap();
         for socket in sockets {
