@@ -199,7 +199,7 @@ fn runsc_checks() -> Vec<Check> {
                 .collect();
             if missing.is_empty() {
                 Outcome::Pass(
-                    "--network=host, --ignore-cgroups and --host-uds=open are supported".into(),
+                    "--network, --ignore-cgroups and --host-uds=open are supported".into(),
                 )
             } else {
                 fail(

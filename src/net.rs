@@ -27,9 +27,10 @@ const SIDECAR: &str = "/lazaret-sidecar";
 /// own; the agent's mount namespace never sees it).
 pub const CONTROL_DIR: &str = "/run/lazaret-sidecar";
 pub const CONTROL_SOCKET: &str = lazaret_sidecar::control::DEFAULT_SOCKET;
-/// Where the sidecar answers DNS in the shared namespace; the agent's
-/// /etc/resolv.conf names it (decisions.md D11).
-pub const RESOLVER_ADDRESS: &str = "127.0.0.53";
+/// Where the sidecar answers DNS: its end of the sandbox's link
+/// (`lazaret_sidecar::link::ROUTER_V4`); the agent's /etc/resolv.conf
+/// names it (decisions.md D11, D13).
+pub const RESOLVER_ADDRESS: &str = "100.64.0.1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -171,7 +172,8 @@ pub fn show(
 /// the rules its resolver opened for allowed names (each an address no CIDR
 /// rule decides).
 pub fn in_force(report: &TableReport, policy: &Policy) -> bool {
-    report.policy_rules() == kernel::desired(policy)
+    report.router.as_ref().is_some_and(|r| r.in_force())
+        && report.policy_rules() == kernel::desired(policy)
         && report.names.iter().all(|n| {
             matches!(
                 policy.name_route(n.address),
@@ -301,4 +303,15 @@ pub fn change(
     let report = apply(podman, sidecar, &policy)?;
     save_live(domain_root, &spec)?;
     Ok((spec, report))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_resolver_is_the_routers_end_of_the_link() {
+        assert_eq!(
+            super::RESOLVER_ADDRESS,
+            lazaret_sidecar::link::ROUTER_V4.to_string()
+        );
+    }
 }

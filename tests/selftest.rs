@@ -46,7 +46,7 @@ fn fake_runsc(s: &Scratch) -> String {
 case "$1" in flags|--version) exec {runsc} "$@";; esac
 for a in "$@"; do
   shift
-  case "$a" in --ignore-cgroups|--network=*|--host-uds=*|--directfs=*|--fsgofer-host-uds|--oci-seccomp) ;; *) set -- "$@" "$a";; esac
+  case "$a" in --ignore-cgroups|--network=*|--host-uds=*|--directfs=*|--fsgofer-host-uds|--oci-seccomp|--overlay2=*) ;; *) set -- "$@" "$a";; esac
 done
 exec runc "$@"
 "#
@@ -249,7 +249,7 @@ fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
         Tmux::start(
             &d.ws(),
             160,
-            30,
+            45,
             &[
                 ("LAZARET_USER_CONFIG", ""),
                 ("LAZARET_TEST_FWD", "x"),
@@ -343,7 +343,7 @@ fn the_resolver_is_checked(profile: &'static str) {
     let (ok, report) = doctor_sandbox(&d, profile);
     assert!(ok, "{report}");
     assert!(
-        line(&report, "ok", "dns resolver").contains("127.0.0.53"),
+        line(&report, "ok", "dns resolver").contains("100.64.0.1"),
         "{report}"
     );
     line(&report, "ok", "dns refuses lazaret-selftest.invalid");

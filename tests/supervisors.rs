@@ -339,7 +339,7 @@ fn sidecar_threads(d: &Domain) -> u64 {
 /// One TCP query for web.lazaret.test from inside: the answer's first
 /// address, or what went wrong.
 const TCP_QUERY: &str = r#"use IO::Socket::INET; $| = 1;
-    my $c = IO::Socket::INET->new(PeerAddr => "127.0.0.53", PeerPort => 53, Proto => "tcp", Timeout => 5)
+    my $c = IO::Socket::INET->new(PeerAddr => "100.64.0.1", PeerPort => 53, Proto => "tcp", Timeout => 5)
         or do { print "RESULT connect: $!\n"; exit };
     my $q = pack("n n n n n n", 0x4c5a, 0x0100, 1, 0, 0, 0)
         . join("", map { chr(length $_) . $_ } qw(web lazaret test)) . "\0" . pack("n n", 1, 1);
@@ -390,7 +390,7 @@ fn resolver_flood(profile: &'static str, runtime: &str) {
     let script = format!(
         r#"use IO::Socket::INET; $| = 1; $SIG{{PIPE}} = "IGNORE"; my @s; my $failed = 0;
         for (1..{DNS_FLOOD}) {{
-            my $c = IO::Socket::INET->new(PeerAddr => "127.0.0.53", PeerPort => 53, Proto => "tcp", Timeout => 3);
+            my $c = IO::Socket::INET->new(PeerAddr => "100.64.0.1", PeerPort => 53, Proto => "tcp", Timeout => 3);
             if ($c) {{ push @s, $c }} else {{ $failed++ }}
         }}
         print "OPEN " . scalar(@s) . " FAILED $failed\n";

@@ -5,7 +5,7 @@
 //! Every check fails closed: anything it cannot prove is a failure.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,9 +31,15 @@ pub struct Expectations {
     /// Paths that must be tmpfs masks.
     #[serde(default)]
     pub masks: Vec<String>,
-    /// `ip:port`s the egress policy denies: connecting must fail at once.
+    /// `ip:port`s the egress policy denies: connecting must fail at once,
+    /// also from a socket bound to each of the sandbox's devices.
     #[serde(default)]
     pub denied: Vec<String>,
+    /// The network devices the sandbox's namespace must hold, exactly
+    /// (`lo` and its link to the Network Sidecar): any other device could
+    /// lead around the router (decisions.md D13).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
     /// The Escalation Socket, when the domain has one: it must refuse a
     /// client without the sandbox's certificate.
     #[serde(default)]
@@ -105,8 +111,17 @@ pub fn run(x: &Expectations) -> Report {
     for p in &x.masks {
         r.push(format!("mask {p}"), mask(&table, p));
     }
+    if !x.links.is_empty() {
+        r.push("network devices", devices(&x.links));
+    }
     for a in &x.denied {
-        r.push(format!("denied {a}"), denied(a));
+        r.push(format!("denied {a}"), denied(a, None));
+        // Every device-bound path meets the same policy: the devices
+        // checked above, whatever the check said (loopback's packets never
+        // leave the namespace: a connect bound there only times out).
+        for dev in x.links.iter().filter(|d| *d != "lo") {
+            r.push(format!("denied {a} bound to {dev}"), denied(a, Some(dev)));
+        }
     }
     if let Some(resolver) = &x.resolver {
         dns(&mut r, resolver, x);
@@ -237,24 +252,71 @@ fn mask(table: &[MountEntry], path: &str) -> Result<String, String> {
     }
 }
 
-/// A denied destination must fail at once with a routing error; a refused
-/// connection means the packet reached the address.
-fn denied(addr: &str) -> Result<String, String> {
+/// The sandbox's network devices must be exactly `want`.
+fn devices(want: &[String]) -> Result<String, String> {
+    let mut have = device_names()?;
+    have.sort();
+    let mut want = want.to_vec();
+    want.sort();
+    if have == want {
+        Ok(format!("only {}", have.join(", ")))
+    } else {
+        Err(format!(
+            "the sandbox's namespace holds {}, not only {}: a device other than the link to the Network Sidecar could lead around the policy",
+            have.join(", "),
+            want.join(", ")
+        ))
+    }
+}
+
+/// The names of the namespace's network devices (netlink, through libc).
+fn device_names() -> Result<Vec<String>, String> {
+    let list = nix::net::if_::if_nameindex()
+        .map_err(|e| format!("cannot list the network devices: {e}"))?;
+    Ok(list
+        .iter()
+        .map(|i| i.name().to_string_lossy().into_owned())
+        .collect())
+}
+
+/// A denied destination must fail at once, from an ordinary socket or one
+/// bound to `device`: refused by the Network Sidecar (the sandbox's only
+/// link leads there; a TCP reset or an ICMP error) or by a route.
+fn denied(addr: &str, device: Option<&str>) -> Result<String, String> {
     let sa: SocketAddr = addr
         .parse()
         .map_err(|_| format!("`{addr}` is not an address:port"))?;
-    match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
-        Ok(_) => Err(format!(
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(sa),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(|e| format!("cannot make a socket: {e}"))?;
+    if let Some(dev) = device {
+        socket
+            .bind_device(Some(dev.as_bytes()))
+            .map_err(|e| format!("cannot bind a socket to {dev}: {e}"))?;
+    }
+    let started = std::time::Instant::now();
+    let result = socket.connect_timeout(&sa.into(), Duration::from_secs(2));
+    let took = started.elapsed();
+    match result {
+        Ok(()) => Err(format!(
             "{addr} was reached: the egress policy is not in force"
         )),
-        // EINVAL (blackhole), EHOSTUNREACH, ENETUNREACH, EACCES, EPERM.
-        Err(e) if matches!(e.raw_os_error(), Some(22 | 113 | 101 | 13 | 1)) => {
-            Ok(format!("refused by the route: {e}"))
+        // ECONNREFUSED (the router's reset), EINVAL (blackhole),
+        // EHOSTUNREACH, ENETUNREACH, EACCES, EPERM.
+        Err(e) if matches!(e.raw_os_error(), Some(111 | 22 | 113 | 101 | 13 | 1)) => {
+            if took < Duration::from_millis(1500) {
+                Ok(format!("refused at once ({} ms): {e}", took.as_millis()))
+            } else {
+                Err(format!(
+                    "{addr} was refused only after {} ms: {e}",
+                    took.as_millis()
+                ))
+            }
         }
-        Err(e) if e.raw_os_error() == Some(111) => Err(format!(
-            "{addr} answered (connection refused): the packet left the sandbox"
-        )),
-        Err(e) => Err(format!("{addr}: `{e}`, not a routing refusal")),
+        Err(e) => Err(format!("{addr}: `{e}`, not a refusal")),
     }
 }
 

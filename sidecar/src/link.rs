@@ -67,6 +67,13 @@ pub const REJECT_PEER: &str = "rej1";
 /// namespace: the sandbox's traffic is masqueraded out of it.
 pub const UPSTREAM_DEVICE: &str = "tap0";
 
+/// slirp4netns's IPv6 router on [`UPSTREAM_DEVICE`] (libslirp's fixed
+/// link-local address). With forwarding on, the kernel drops the default
+/// route it learned from the router's first advertisement, and the next
+/// unsolicited one comes minutes later: router mode takes this gateway
+/// when no IPv6 default route is there.
+pub const UPSTREAM_ROUTER_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2);
+
 /// The nf_tables table the sidecar owns in router mode (family `inet`).
 pub const NFT_TABLE: &str = "lazaret";
 

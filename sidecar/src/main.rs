@@ -401,6 +401,18 @@ pub(crate) fn enforce(
                 nl.set_gateway(&gateway)?;
                 break;
             }
+            if family == Family::Ipv6
+                && nl.router_mode()
+                && let Some(ifindex) = nl.link_index(lazaret_sidecar::link::UPSTREAM_DEVICE)?
+            {
+                nl.set_gateway(&Gateway {
+                    family,
+                    address: std::net::IpAddr::V6(lazaret_sidecar::link::UPSTREAM_ROUTER_V6),
+                    dev: lazaret_sidecar::link::UPSTREAM_DEVICE.into(),
+                    ifindex,
+                })?;
+                break;
+            }
             if Instant::now() >= deadline {
                 if needed {
                     warnings.push(format!(

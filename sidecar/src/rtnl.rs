@@ -252,6 +252,11 @@ impl Netlink {
         self.deny = deny;
     }
 
+    /// Whether deny rules look up the reject table (router mode).
+    pub fn router_mode(&self) -> bool {
+        self.deny == Deny::RejectTable
+    }
+
     /// Router mode if the namespace has the reject device (`serve --link`
     /// made it): for `apply` and `show` without `--control`.
     pub fn detect_deny(&mut self) -> Result<()> {

@@ -2,14 +2,15 @@
 //! Anchor) into a running Network Sidecar and Agent Sandbox, and back into
 //! nothing.
 //!
-//! Start order (FR-3): sidecar (runc, owns the network namespace) → healthy →
-//! State Anchor overlays → Agent Sandbox (runsc, joined to the sidecar's
-//! namespace). Teardown runs the other way and always completes: every step
+//! Start order (FR-3): sidecar (runc, owns the user-mode network) → healthy →
+//! State Anchor overlays → the sandbox's own network namespace, linked to
+//! the sidecar's (the router, decisions.md D13) → Agent Sandbox (runsc). Teardown runs the other way and always completes: every step
 //! is attempted and idempotent, and leftovers of a killed process are found
 //! by name.
 
 pub mod images;
 pub mod limits;
+pub mod link;
 pub mod seccomp;
 pub mod selftest;
 pub mod state_anchor;
@@ -177,6 +178,8 @@ pub enum EngineError {
     Git(#[from] crate::git_sentry::GitError),
     #[error(transparent)]
     Net(#[from] crate::net::NetError),
+    #[error("{0}")]
+    Link(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
@@ -626,12 +629,20 @@ impl Engine {
             // The control socket of `apply`/`show`: its own, never the agent's.
             "--tmpfs".into(),
             format!("{}:rw,mode=0700,size=64k", crate::net::CONTROL_DIR),
-            // The agent joins this namespace and shares this resolv.conf.
             "--dns".into(),
             crate::net::RESOLVER_ADDRESS.into(),
             "--network".into(),
             network.into(),
         ];
+        // The router (decisions.md D13): it forwards the sandbox's link
+        // into slirp4netns; refusals are answered at once (destination
+        // unreachable is kept out of the ICMP rate limits); IPv6 keeps its
+        // default route with forwarding on. Set here: /proc/sys is
+        // read-only inside, so the sidecar cannot change them afterwards.
+        for (name, value) in lazaret_sidecar::link::SYSCTLS {
+            args.push("--sysctl".into());
+            args.push(format!("{name}={value}"));
+        }
         // Its report (the live table, once the policy is in force and the
         // control socket listens) goes to a file the host reads without a
         // podman call: each `podman exec` costs hundreds of milliseconds.
@@ -649,8 +660,7 @@ impl Engine {
             "3000".into(),
             "--control".into(),
             crate::net::CONTROL_SOCKET.into(),
-            "--resolver".into(),
-            format!("{}:53", crate::net::RESOLVER_ADDRESS),
+            "--link".into(),
             "--upstream".into(),
             resolver.upstream.to_string(),
             "--ttl-floor".into(),
@@ -658,6 +668,10 @@ impl Engine {
             "--ttl-cap".into(),
             resolver.ttl_cap.to_string(),
         ]);
+        // The resolver answers on the sidecar's end of the sandbox's link.
+        for a in lazaret_sidecar::link::resolver_addresses() {
+            args.extend(["--resolver".into(), a.to_string()]);
+        }
         self.podman.run(&args)?;
         // Healthy means: running, and its table is exactly the policy. Its
         // state is asked only when the report is slow to come.
@@ -798,6 +812,9 @@ impl Engine {
         record_mountpoints(&domain_root, &layout.new_mountpoints(&table))?;
         let seccomp = domain_root.join("seccomp.json");
         std::fs::write(&seccomp, seccomp::profile()?).map_err(io_err(&seccomp))?;
+        // Its own network namespace, fresh, linked to the sidecar's.
+        let netns = link::netns_file(&domain_root);
+        link::make(&self.podman, &anchor.sidecar_name(), &netns)?;
         let mut args: Vec<String> = vec![
             "run".into(),
             "--detach".into(),
@@ -808,7 +825,9 @@ impl Engine {
             "--security-opt".into(),
             format!("seccomp={}", seccomp.display()),
             "--network".into(),
-            format!("container:{}", anchor.sidecar_name()),
+            format!("ns:{}", netns.display()),
+            "--dns".into(),
+            crate::net::RESOLVER_ADDRESS.into(),
             "--security-opt".into(),
             "no-new-privileges".into(),
             "--workdir".into(),
@@ -939,6 +958,10 @@ impl Engine {
             if let Err(e) = self.podman.remove(name) {
                 failures.push(format!("removing {name}: {e}"));
             }
+        }
+        // The sandbox's namespace, once nothing runs in it.
+        if let Err(e) = link::remove(&self.podman, &link::netns_file(&self.domain_root(anchor))) {
+            failures.push(e.to_string());
         }
         let unmounted = state_anchor::unmount(&self.podman, &self.domain_root(anchor));
         if let Err(e) = &unmounted {

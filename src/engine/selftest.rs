@@ -6,8 +6,9 @@
 //! One process inside the sandbox (`/run/lazaret/escalate selftest`, the
 //! static binary already mounted there) checks, from the agent's side, the
 //! runtime (gVisor where runsc is configured), the read-only git protections
-//! and Lazaret's own mounts, the tmpfs masks, that a denied address fails at
-//! once, that the sandbox's resolver is the sidecar's and refuses a name
+//! and Lazaret's own mounts, the tmpfs masks, that the network namespace
+//! holds only loopback and the link to the Network Sidecar, that a denied
+//! address fails at once (from sockets bound to each device too), that the sandbox's resolver is the sidecar's and refuses a name
 //! the policy denies (and answers one it allows; no query needs an
 //! upstream), and that the Escalation Socket refuses a client without the
 //! sandbox's certificate. The host adds one check of its own: the sidecar's
@@ -114,6 +115,7 @@ pub fn expectations(
         read_only,
         masks,
         denied,
+        links: vec!["lo".into(), lazaret_sidecar::link::SANDBOX_DEVICE.into()],
         socket: with_socket.then(|| lazaret_escalate::SOCKET_PATH.into()),
         certs_dir: with_socket.then(|| lazaret_escalate::CERTS_DIR.into()),
         resolver: Some(format!("{}:53", crate::net::RESOLVER_ADDRESS)),

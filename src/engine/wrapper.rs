@@ -38,7 +38,10 @@ fn runsc_flags(help: &str) -> Result<Vec<&'static str>, WrapperError> {
             "this runsc can connect to no host UNIX socket; install a newer runsc".into(),
         ));
     };
-    let mut flags = vec!["--ignore-cgroups", "--network=host", uds];
+    // gVisor's own network stack (decisions.md D13): the sandbox's
+    // namespace holds only the link to the Network Sidecar, where the
+    // policy is enforced, so the host kernel's stack is not exposed.
+    let mut flags = vec!["--ignore-cgroups", "--network=sandbox", uds];
     // Measured here (runsc 20240729): with directfs, open(O_TRUNC) on a
     // read-only bind mount fails with EROFS *after* truncating the host
     // file, so `echo x > /workspace/.git/config` empties the host's config.
@@ -75,6 +78,14 @@ for arg in "$@"; do
   if [ "$seen_exec" = 1 ] && [ "$arg" = --tty ]; then continue; fi
   set -- "$@" "$arg"
 done
+# runsc 20240729 takes any network namespace holding
+# /proc/sys/net/core/rmem_default for the host's root one and refuses to
+# start with its own network stack there (fixed in 20240807): a private
+# mount namespace with an empty /proc/sys/net hides it. Podman runs this
+# as root of the user's namespace; anyone else just runs runsc.
+if [ "$(id -u)" = 0 ]; then
+  exec unshare --mount sh -c 'mount -t tmpfs -o size=4k lazaret /proc/sys/net && exec "$0" "$@"' {runsc} {flags} "$@"
+fi
 exec {runsc} {flags} "$@"
 "#,
         runsc = runsc.display(),
@@ -121,7 +132,7 @@ mod tests {
             runsc_flags(new).unwrap(),
             vec![
                 "--ignore-cgroups",
-                "--network=host",
+                "--network=sandbox",
                 "--host-uds=open",
                 "--directfs=false",
                 "--overlay2=root:memory"
