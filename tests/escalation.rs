@@ -964,18 +964,21 @@ fn a_flood_of_requests_is_refused_beyond_the_limits() {
     let script = format!(
         "cd /workspace && big=$(head -c 100000 /dev/zero | tr '\\0' a); start=$(date +%s); \
          for i in $(seq 40); do ({ESC} -- echo \"$big\" >/dev/null 2>/tmp/err$i; echo $? >/tmp/code$i) & done; wait; \
-         echo ok=$(cat /tmp/code* | grep -cx 0) limited=$(cat /tmp/err* | grep -c 'too many requests') secs=$(($(date +%s) - start)); \
+         echo ok=$(cat /tmp/code* | grep -cx 0) limited=$(cat /tmp/err* | grep -c 'sent too many requests') secs=$(($(date +%s) - start)) \
+         busy=$(cat /tmp/err* | grep -c 'running at once'); \
          cat /tmp/err* | grep -m1 'too many'"
     );
     let (code, out, err) = d.exec_sh(&script);
     assert_eq!(code, 0, "{out}{err}");
     let counts: Vec<u32> = out
         .split_whitespace()
-        .take(3)
+        .take(4)
         .map(|w| w.split('=').nth(1).unwrap().parse().unwrap())
         .collect();
-    let (ok, limited, secs) = (counts[0], counts[1], counts[2]);
-    assert_eq!(ok + limited, 40, "{out}");
+    // Beyond the rate limit, a request may also meet the bound on confined
+    // commands running at once (a slow machine keeps more running).
+    let (ok, limited, secs, busy) = (counts[0], counts[1], counts[2], counts[3]);
+    assert_eq!(ok + limited + busy, 40, "{out}");
     // The burst, then 30 a minute.
     let limits = lazaret::coordinator::escalation::RequestLimits::default();
     assert!(
