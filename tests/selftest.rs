@@ -227,6 +227,40 @@ fn a_missing_mask_is_reported() {
     line(&report, "ok", "mask /workspace/.idea");
 }
 
+/// A second network device in the sandbox's namespace (made by a
+/// privileged exec, which the agent does not have) could lead around the
+/// router: the self-test fails on it, naming it (issue 25).
+#[test]
+fn a_device_besides_the_link_is_reported() {
+    let d = Domain::new("rc");
+    d.up();
+    let (ok, report) = doctor_sandbox(&d, "rc");
+    assert!(ok, "{report}");
+    line(&report, "ok", "network devices");
+    let out = podman(&[
+        "exec",
+        "--privileged",
+        &d.sandbox(),
+        "ip",
+        "link",
+        "add",
+        "side0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "side1",
+    ]);
+    assert!(out.status.success(), "ip link add: {}", text(&out).1);
+    let (ok, report) = doctor_sandbox(&d, "rc");
+    assert!(!ok, "{report}");
+    assert!(
+        line(&report, "FAIL", "network devices").contains("side0"),
+        "{report}"
+    );
+    d.down();
+}
+
 /// runsc swapped for something that is not gVisor: refused, naming the
 /// runtime; with --allow-degraded it starts, and the UI marks the sandbox
 /// degraded in its status line and tab.
