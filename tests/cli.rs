@@ -82,6 +82,45 @@ fn config_check_reports_every_problem_with_its_location() {
     );
 }
 
+/// Issue 27 item 9: every misspelled key and wrong type of a file is
+/// reported in one run, each with its line and key, by `config check` and by
+/// a command that would start something.
+#[test]
+fn every_schema_error_of_a_file_is_reported_in_one_run() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let user = s.write(
+        "home/.config/lazaret/config.toml",
+        "default_profil = \"dev\"\n\
+         [network]\ndefault_alow = []\n\
+         [profiles.dev]\nimage = \"img\"\nruntime = \"kata\"\n\
+         volumes = [{ host = \"/tmp\", container = \"/x\", readonly = true }]\n",
+    );
+    let f = user.display();
+    for (args, code) in [(&["config", "check"][..], 1), (&["shell", "dev"][..], 125)] {
+        let out = lazaret(&home, &ws, STANDARD_PATH, args).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("4 problems in the configuration:"),
+            "{args:?}: {stderr}"
+        );
+        for line in [
+            format!("{f}:1:1: default_profil: unknown field `default_profil`"),
+            format!("{f}:3:1: network.default_alow: unknown field `default_alow`"),
+            format!("{f}:6:11: profiles.dev.runtime: unknown variant `kata`"),
+            format!("{f}:7:"),
+        ] {
+            assert!(stderr.contains(&line), "{args:?}: {line}\n{stderr}");
+        }
+        assert!(
+            stderr.contains("unknown field `readonly`"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn syntax_errors_name_file_line_and_column() {
     let s = Scratch::new();

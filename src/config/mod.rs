@@ -99,7 +99,11 @@ impl fmt::Display for Problem {
         if let Some(loc) = &self.location {
             write!(f, "{loc}: ")?;
         }
-        write!(f, "{}: {}", self.key, self.message)
+        // A schema error serde could not tie to a key has none.
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
     }
 }
 

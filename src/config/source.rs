@@ -2,19 +2,22 @@
 //! every value came from.
 //!
 //! Each file is parsed and type-checked on its own, so a syntax error, an
-//! unknown key or a wrong type is reported with that file's line and column.
+//! unknown key or a wrong type is reported with that file's line and column
+//! (every unknown key and wrong type of the file in one message).
 //! The files are then merged per key: tables merge recursively, anything else
 //! (strings, booleans, arrays) is replaced whole by the higher layer.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::ConfigError;
 use super::schema::Schema;
+use super::{ConfigError, Problem};
 
 /// The built-in defaults, compiled in.
 pub const DEFAULT_TOML: &str = include_str!("../../assets/default.toml");
@@ -117,7 +120,24 @@ impl Merged {
         };
         let parsed = DeTable::parse(text).map_err(located)?;
         // Type-check this file alone: unknown keys and wrong types point here.
-        Schema::deserialize(toml::de::Deserializer::from(parsed.clone())).map_err(located)?;
+        let mut problems = schema_problems(&parsed);
+        if problems.len() == 1 {
+            let (err, _) = problems.remove(0);
+            return Err(located(err));
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid(
+                problems
+                    .into_iter()
+                    .map(|(err, key)| Problem {
+                        location: Some(Location::at(path, text, err.span().map_or(0, |s| s.start))),
+                        key: key.unwrap_or_default(),
+                        message: err.message().trim_end().to_string(),
+                        security: false,
+                    })
+                    .collect(),
+            ));
+        }
 
         let mut origins = BTreeMap::new();
         let table = convert_table(parsed.get_ref(), "", path, text, &mut origins);
@@ -149,6 +169,60 @@ impl Merged {
                 message: err.message().to_string(),
             }
         })
+    }
+}
+
+/// Every schema error of one file, each with the key path it is about.
+///
+/// serde stops at the first error, so each one found takes its entry out of
+/// a copy and the check runs again: two typos are reported in one run.
+fn schema_problems(parsed: &Spanned<DeTable<'_>>) -> Vec<(toml::de::Error, Option<String>)> {
+    let mut rest = parsed.clone();
+    let mut problems = Vec::new();
+    // Every round removes one entry, so this ends; the bound is a backstop.
+    for _ in 0..64 {
+        let Err(err) = Schema::deserialize(toml::de::Deserializer::from(rest.clone())) else {
+            break;
+        };
+        let key = err
+            .span()
+            .and_then(|span| take_entry(rest.get_mut(), &span, ""));
+        let stuck = key.is_none();
+        problems.push((err, key));
+        if stuck {
+            break;
+        }
+    }
+    problems
+}
+
+/// Removes from `table` the deepest entry whose key or value holds `span`,
+/// returning its key path.
+fn take_entry(table: &mut DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<String> {
+    let holds = |outer: Range<usize>| outer.start <= span.start && span.end <= outer.end;
+    let mut hit = None;
+    for (key, value) in table.iter_mut() {
+        let path = child_path(prefix, key.get_ref());
+        if let Some(inner) = take_within(value.get_mut(), span, &path) {
+            return Some(inner);
+        }
+        if hit.is_none() && (holds(key.span()) || holds(value.span())) {
+            hit = Some((key.clone(), path));
+        }
+    }
+    let (key, path) = hit?;
+    table.remove(&key);
+    Some(path)
+}
+
+fn take_within(value: &mut DeValue<'_>, span: &Range<usize>, path: &str) -> Option<String> {
+    match value {
+        DeValue::Table(t) => take_entry(t, span, path),
+        DeValue::Array(items) => items
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, item)| take_within(item.get_mut(), span, &format!("{path}[{i}]"))),
+        _ => None,
     }
 }
 
