@@ -90,3 +90,30 @@ fn man_page_renders_and_lists_subcommands() {
         assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());
     }
 }
+
+/// Issue 27: `lazaret completions bash | head` and `lazaret config check |
+/// head` panicked when the reader went away. Printing to a pipe nobody reads
+/// any more ends the command quietly and successfully.
+#[test]
+fn printing_into_a_closed_pipe_ends_quietly() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    for args in [
+        &["completions", "bash"][..],
+        &["config", "check"],
+        &["config", "show"],
+        &["man"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // The reader is gone before lazaret writes its first byte.
+        drop(reader);
+        let out = lazaret(&home, &ws, STANDARD_PATH, args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert!(stderr.is_empty(), "lazaret {args:?}: {stderr}");
+        assert!(out.status.success(), "lazaret {args:?}: {:?}", out.status);
+    }
+}

@@ -415,8 +415,9 @@ pub fn run() -> Result<ExitCode> {
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "lazaret", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "lazaret", &mut script);
+            print_out(&String::from_utf8_lossy(&script))
         }
         Command::Man { dir } => {
             use clap::CommandFactory;
@@ -428,9 +429,13 @@ pub fn run() -> Result<ExitCode> {
                     clap_mangen::generate_to(cmd, &d)
                         .with_context(|| format!("cannot write man pages into {}", d.display()))?;
                 }
-                None => clap_mangen::Man::new(cmd)
-                    .render(&mut std::io::stdout())
-                    .context("cannot write the man page")?,
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(cmd)
+                        .render(&mut page)
+                        .context("cannot render the man page")?;
+                    return print_out(&String::from_utf8_lossy(&page));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -448,7 +453,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Doctor { sandbox: None, .. } => {
             let checks = crate::doctor::run(&env);
             let (text, failed) = crate::doctor::report(&checks);
-            print!("{text}");
+            print_out(&text)?;
             Ok(if failed {
                 ExitCode::FAILURE
             } else {
@@ -529,8 +534,7 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Config(ConfigCommand::Show) => {
             let config = load(cli.config, &env)?;
-            print!("{}", config_show(&config));
-            Ok(ExitCode::SUCCESS)
+            print_out(&config_show(&config))
         }
         Command::Image(ImageCommand::Build {
             release,
@@ -1357,9 +1361,11 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
         .iter()
         .map(|s| format!("{} ({})", s.path.display(), s.layer))
         .collect();
-    println!("configuration is valid");
-    println!("  files:    {}", files.join(", "));
-    println!(
+    let mut out = String::new();
+    let _ = writeln!(out, "configuration is valid");
+    let _ = writeln!(out, "  files:    {}", files.join(", "));
+    let _ = writeln!(
+        out,
         "  profiles: {}",
         config
             .profiles
@@ -1371,19 +1377,19 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
     // Limits are part of what a profile promises: say how each holds here.
     let host = crate::engine::limits::HostSupport::detect(&Podman::default()).unwrap_or_default();
     for p in config.profiles.values() {
-        println!("  limits of {}: {}", p.name, p.limits.summary());
+        let _ = writeln!(out, "  limits of {}: {}", p.name, p.limits.summary());
         let e = crate::engine::limits::Enforcement::of(&p.limits, p.runtime, &host);
         for gap in e.gaps(&host) {
             warnings.push(format!("profile {}: {gap}", p.name));
         }
     }
     for n in &notes {
-        println!("note: {n}");
+        let _ = writeln!(out, "note: {n}");
     }
     for w in &warnings {
-        println!("warning: {w}");
+        let _ = writeln!(out, "warning: {w}");
     }
-    Ok(ExitCode::SUCCESS)
+    print_out(&out)
 }
 
 /// The merged configuration as TOML, each value annotated with its origin.
