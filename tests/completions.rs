@@ -3,7 +3,11 @@
 
 mod common;
 
-use common::{STANDARD_PATH, Scratch, lazaret, text, user_home as home};
+use std::path::Path;
+
+use common::{
+    STANDARD_PATH, Scratch, as_test_user, can_run, lazaret, lazaret_bin, text, user_home as home,
+};
 
 fn run(s: &Scratch, args: &[&str]) -> String {
     let out = lazaret(&home(), &s.path(), STANDARD_PATH, args)
@@ -116,4 +120,64 @@ fn printing_into_a_closed_pipe_ends_quietly() {
         assert!(stderr.is_empty(), "lazaret {args:?}: {stderr}");
         assert!(out.status.success(), "lazaret {args:?}: {:?}", out.status);
     }
+}
+
+/// Issue 27 item 8: in a login bash, bash-completion (which set-up
+/// installs) loads lazaret's script, and `lazaret shell <TAB>` offers the
+/// profiles of the configuration read in the current folder.
+#[test]
+fn a_login_bash_completes_profile_names() {
+    const LOADER: &str = "/usr/share/bash-completion/bash_completion";
+    if !can_run(
+        Path::new(LOADER).exists(),
+        "the bash-completion package is not installed (scripts/setup installs it)",
+    ) {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    s.write(
+        "home/.config/lazaret/config.toml",
+        "[profiles.alpha]\nimage = \"i\"\n[profiles.beta-2]\nimage = \"i\"\n",
+    );
+    // bash-completion's first place for a command's script; set-up's is
+    // /usr/local/share/bash-completion/completions, for the installed binary.
+    s.write(
+        "home/.local/share/bash-completion/completions/lazaret",
+        &run(&s, &["completions", "bash"]),
+    );
+    // The binary under test comes before an installed one.
+    s.mkdir("home/bin");
+    std::os::unix::fs::symlink(lazaret_bin(), home.join("bin/lazaret")).unwrap();
+    s.write("home/.bash_profile", "PATH=\"$HOME/bin:$PATH\"\n");
+    // What a TAB does: bash-completion loads the script on first use
+    // (2.11: __load_completion, later _comp_load), then bash calls the
+    // function `complete -p` names with COMP_WORDS set.
+    let probe = r#"
+complete -p lazaret >/dev/null 2>&1 && echo "loaded before first use"
+__load_completion lazaret 2>/dev/null || _comp_load lazaret
+spec=$(complete -p lazaret) || { echo "no completion for lazaret"; exit 3; }
+fn=${spec#*-F }; fn=${fn%% *}
+COMP_WORDS=(lazaret shell ''); COMP_CWORD=2; COMP_LINE='lazaret shell '; COMP_POINT=${#COMP_LINE}
+"$fn" lazaret '' shell
+printf 'reply:%s\n' "${COMPREPLY[@]}"
+COMP_WORDS=(lazaret net show -p b); COMP_CWORD=4; COMP_LINE='lazaret net show -p b'; COMP_POINT=${#COMP_LINE}
+"$fn" lazaret b -p
+printf 'after -p b:%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = as_test_user(Path::new("/bin/bash"), &home, STANDARD_PATH, &[])
+        .args(["-lic", probe])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let replies: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("reply:"))
+        .collect();
+    // `shell` is the built-in defaults' profile.
+    assert_eq!(replies, ["alpha", "beta-2", "shell"], "{stdout}{stderr}");
+    assert!(stdout.contains("after -p b:beta-2\n"), "{stdout}{stderr}");
 }

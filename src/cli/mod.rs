@@ -1,6 +1,7 @@
 //! The `lazaret` command line. Each subcommand is a thin layer over the
 //! library; errors carry context saying what failed and what to do.
 
+mod complete;
 pub(crate) mod session;
 
 use std::fmt::Write as _;
@@ -385,6 +386,9 @@ enum ConfigCommand {
     Check,
     /// Print the effective configuration and the file each value came from.
     Show,
+    /// Print the name of every profile, one a line (for scripts; bash
+    /// completion offers them).
+    Profiles,
 }
 
 /// What `exec` and `shell` exit with when Lazaret itself fails (the
@@ -415,9 +419,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "lazaret", &mut script);
-            print_out(&String::from_utf8_lossy(&script))
+            print_out(&complete::script(shell, &mut cmd))
         }
         Command::Man { dir } => {
             use clap::CommandFactory;
@@ -531,6 +533,16 @@ pub fn run() -> Result<ExitCode> {
         Command::Config(ConfigCommand::Check) => {
             let config = load(cli.config, &env)?;
             config_check(&config, &env)
+        }
+        Command::Config(ConfigCommand::Profiles) => {
+            let config = load(cli.config, &env)?;
+            print_out(
+                &config
+                    .profiles
+                    .keys()
+                    .map(|name| format!("{name}\n"))
+                    .collect::<String>(),
+            )
         }
         Command::Config(ConfigCommand::Show) => {
             let config = load(cli.config, &env)?;
