@@ -35,6 +35,17 @@ pub enum AcceptError {
     Identity(#[from] IdentityError),
 }
 
+impl AcceptError {
+    /// The client presented no certificate at all (what the self-test's
+    /// probe of the socket does; an agent can do the same).
+    pub fn no_client_certificate(&self) -> bool {
+        matches!(self, AcceptError::Handshake(e)
+            if e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                .is_some_and(|r| matches!(r, rustls::Error::NoCertificatesPresented)))
+    }
+}
+
 /// Completes the mTLS handshake, then requires the negotiated ALPN and the
 /// peer certificate's single URI SAN to equal `expected`. On error the
 /// stream is dropped, before a byte of payload is read.

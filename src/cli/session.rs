@@ -676,19 +676,23 @@ pub fn audit(
             (store.records().unwrap_or_default(), v)
         }
     };
+    // All is read: from here on this only prints (a closed pipe is quiet).
     if json {
-        println!("{}", serde_json::to_string_pretty(&records)?);
+        // The stored record as it is: `time` stays seconds since the epoch.
+        super::print_out(&format!("{}\n", serde_json::to_string_pretty(&records)?))?;
     } else if !verify {
+        let mut out = String::new();
         for r in &records {
             // Records hold the agent's argv, cwd and reasons: escaped.
-            println!(
-                "{:>5}  {}  {:<20} {}",
+            out.push_str(&format!(
+                "{:>5}  {}  {:<20} {}\n",
                 r.seq,
-                r.time,
+                rfc3339(r.time),
                 visible(&r.kind),
                 visible(&r.data.to_string())
-            );
+            ));
         }
+        super::print_out(&out)?;
     }
     match verification {
         Verification::Intact { records, .. } => {
@@ -702,6 +706,14 @@ pub fn audit(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Seconds since the epoch as RFC 3339 in UTC (`2026-12-02T13:58:07Z`),
+/// for people; the sidecar's clock does the calendar.
+fn rfc3339(unix: u64) -> String {
+    // `YYYY-MM-DD HH:MM:SS UTC`
+    let clock = lazaret_sidecar::names::clock(unix);
+    format!("{}T{}Z", &clock[..10], &clock[11..19])
 }
 
 /// The launcher: starts `coordinator --foreground` with the same arguments,

@@ -331,9 +331,24 @@ pub struct EscalationServer {
     requests: RequestLimits,
     budgets: Mutex<HashMap<String, Budget>>,
     refusals: RefusalLimit,
+    /// The coordinator's own self-test runs: its one probe without a
+    /// certificate is expected, and not an agent's refusal to audit.
+    probe: Mutex<ProbeWindow>,
     store: Arc<Store>,
     audit: Arc<dyn AuditLog>,
 }
+
+/// While the coordinator runs its self-test (see
+/// [`EscalationServer::expect_selftest_probe`]).
+#[derive(Debug, Default)]
+struct ProbeWindow {
+    open: bool,
+    /// The probe's refusal was seen (at most one is taken per window).
+    seen: bool,
+}
+
+/// How long a passed self-test waits for its probe's refusal to be taken.
+pub const PROBE_GRACE: Duration = Duration::from_secs(2);
 
 /// Where the Escalation Socket's records go (the store; a test may make
 /// it fail). An error means nothing was written, so nothing may run.
@@ -453,6 +468,7 @@ impl EscalationServer {
             requests: s.requests,
             budgets: Mutex::new(HashMap::new()),
             refusals: RefusalLimit::new(Instant::now()),
+            probe: Mutex::new(ProbeWindow::default()),
             store: s.store,
             audit: s.audit,
         })
@@ -581,6 +597,46 @@ impl EscalationServer {
         self.audit.append(kind, data)
     }
 
+    /// The coordinator starts its self-test of the sandbox: the one
+    /// handshake without a client certificate it makes is its own probe,
+    /// recorded with the self-test instead of as a refusal. Only the
+    /// first such handshake is taken: an agent's in the same window is
+    /// audited as ever (whichever is taken, the count of refusals audited
+    /// is one less than the handshakes, never fewer).
+    pub fn expect_selftest_probe(&self) {
+        *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = ProbeWindow {
+            open: true,
+            seen: false,
+        };
+    }
+
+    /// Closes the window [`Self::expect_selftest_probe`] opened; true when
+    /// the probe's refusal was seen. Waits up to `grace` for it (the probe
+    /// got its alert just before the task here took its refusal).
+    pub fn selftest_probe_seen(&self, grace: Duration) -> bool {
+        let deadline = Instant::now() + grace;
+        loop {
+            let mut w = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+            if w.seen || Instant::now() >= deadline {
+                let seen = w.seen;
+                *w = ProbeWindow::default();
+                return seen;
+            }
+            drop(w);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Takes a refused handshake as the self-test's probe, if it may be.
+    fn is_selftest_probe(&self, e: &server::AcceptError) -> bool {
+        let mut w = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+        if w.open && !w.seen && e.no_client_certificate() {
+            w.seen = true;
+            return true;
+        }
+        false
+    }
+
     /// Audits a refusal at `stage` within the domain's [`RefusalLimit`],
     /// keeping only an [`excerpt`] of its `error`.
     fn refused(&self, stage: &'static str, error: &str, mut data: serde_json::Value) {
@@ -666,7 +722,9 @@ impl EscalationServer {
         {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                self.refused("tls", &e.to_string(), serde_json::json!({}));
+                if !self.is_selftest_probe(&e) {
+                    self.refused("tls", &e.to_string(), serde_json::json!({}));
+                }
                 return;
             }
             Err(_) => return,

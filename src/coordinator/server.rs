@@ -367,6 +367,10 @@ async fn serve(
         None => None,
     };
 
+    // The self-test probes the Escalation Socket without a certificate.
+    let probed = escalation_task
+        .as_ref()
+        .map(|(_, server, _)| server.clone());
     // Boot on the blocking pool, streaming steps to waiting sessions.
     let (stop_sync_tx, stop_sync_rx) = std::sync::mpsc::channel::<()>();
     let (stop_watch_tx, stop_watch_rx) = std::sync::mpsc::channel::<()>();
@@ -393,15 +397,27 @@ async fn serve(
                     }
                     *s3.limit_gaps.lock().expect("lock") = gaps;
                 });
-                s2.engine.up(&s2.resolved, &env, &mut |step| {
+                if let Some(server) = &probed {
+                    server.expect_selftest_probe();
+                }
+                let up = s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
                     s2.boot_log.lock().expect("lock").push(step);
                     let _ = tx.send(Boot::Booting);
-                })
+                });
+                let grace = if up.is_ok() {
+                    super::escalation::PROBE_GRACE
+                } else {
+                    Duration::ZERO
+                };
+                let probe = probed
+                    .as_ref()
+                    .map(|server| server.selftest_probe_seen(grace));
+                up.map(|sandbox| (sandbox, probe))
             })
             .await;
             match result {
-                Ok(Ok(sandbox)) => {
+                Ok(Ok((sandbox, probe))) => {
                     log(&format!(
                         "domain up: {} under {}",
                         sandbox.name,
@@ -420,12 +436,13 @@ async fn serve(
                         });
                     }
                     start_watchdog(&shared, &sandbox, stop_watch_rx);
-                    shared
-                        .audit(
-                            "domain-up",
-                            serde_json::json!({ "sandbox": sandbox.name, "runtime": sandbox.runtime.as_str(), "image": sandbox.image }),
-                        )
-                        .await;
+                    let mut up = serde_json::json!({ "sandbox": sandbox.name, "runtime": sandbox.runtime.as_str(), "image": sandbox.image });
+                    // The self-test's own handshake without a certificate,
+                    // recorded here rather than as an agent's refusal.
+                    if let Some(seen) = probe {
+                        up["escalation_probe"] = probe_outcome(seen).into();
+                    }
+                    shared.audit("domain-up", up).await;
                     *shared.sandbox.lock().expect("lock") = Some(sandbox);
                     let _ = boot_tx.send(Boot::Ready);
                 }
@@ -702,6 +719,16 @@ impl AuditLog for LoggedAudit {
     fn commit(&self, batch: super::store::Batch) -> Result<bool, String> {
         AuditLog::commit(self.0.as_ref(), batch)
             .inspect_err(|e| log(&format!("audit write failed: {e}")))
+    }
+}
+
+/// What a self-test record says of the self-test's probe of the
+/// Escalation Socket.
+fn probe_outcome(seen: bool) -> &'static str {
+    if seen {
+        "refused without a certificate, as the self-test expects"
+    } else {
+        "not seen by the socket"
     }
 }
 
