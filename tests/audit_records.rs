@@ -1,5 +1,6 @@
 //! Issue 27 item 10: the audit log of a fresh domain holds what happened,
-//! not the self-test's own probe of the Escalation Socket as a refusal;
+//! not the self-test's own probe of the Escalation Socket as a refusal (at
+//! start or from `doctor --sandbox`);
 //! an agent's handshake without a certificate is still a refusal; `lazaret
 //! audit` shows people RFC 3339 times and `--json` keeps the stored seconds.
 
@@ -74,6 +75,32 @@ fn the_selftests_probe_is_no_refusal_and_times_read_as_rfc3339() {
     assert!(
         up["time"].as_u64().is_some_and(|t| t > 1_700_000_000),
         "{up:#}"
+    );
+
+    // `doctor --sandbox` runs the same self-test on demand: one
+    // `self-test` record, its probe in it, no refusal.
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["doctor", "--sandbox", d.profile])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let records = d.audit_json();
+    assert_eq!(kinds(&records, "escalation-refused"), 0, "{records:#?}");
+    let test = records
+        .iter()
+        .find(|r| r["kind"] == "self-test")
+        .unwrap_or_else(|| panic!("no self-test record: {records:#?}"));
+    assert_eq!(test["data"]["passed"], true, "{test:#}");
+    assert_eq!(
+        test["data"]["escalation_probe"], "refused without a certificate, as the self-test expects",
+        "{test:#}"
+    );
+    assert!(
+        test["data"]["by"]
+            .as_str()
+            .is_some_and(|by| by.contains("doctor --sandbox")),
+        "{test:#}"
     );
 
     // The same handshake from anyone else is a refusal, audited.

@@ -768,6 +768,7 @@ fn doctor_sandbox(
     env: &dyn HostEnv,
     d: &DomainArgs,
 ) -> Result<ExitCode> {
+    use crate::coordinator::protocol::{ClientMsg, CoordMsg};
     use crate::engine::selftest;
     let (config, resolved) = resolve(explicit, env, d)?;
     let engine = engine(&config, env)?;
@@ -779,7 +780,28 @@ fn doctor_sandbox(
             resolved.domain.workspace().display()
         );
     }
+    // The coordinator is told, so that the self-test's own probe of the
+    // Escalation Socket is recorded as the self-test's (`self-test` in the
+    // audit log), not as a refusal. Without an answer the self-test runs
+    // all the same, and the probe is audited as any refusal.
+    let rt = crate::client::session::runtime()?;
+    let control = resolved
+        .domain
+        .control_socket(&RuntimeDir::ensure(&RuntimeDir::locate(env))?);
+    let mut coordinator = rt.block_on(crate::client::session::query(&control)).ok();
+    if let Some(c) = &mut coordinator
+        && !matches!(
+            rt.block_on(c.call(&ClientMsg::SelfTestStart)),
+            Ok(CoordMsg::SelfTest { .. })
+        )
+    {
+        coordinator = None;
+    }
     let report = selftest::run(&engine, &resolved, &name);
+    if let Some(mut c) = coordinator {
+        let failed = report.failed().map(|c| c.name.clone()).collect();
+        let _ = rt.block_on(c.call(&ClientMsg::SelfTestEnd { failed }));
+    }
     print!("{}", selftest::render(&report));
     let failed = report.failed().count();
     if failed == 0 {

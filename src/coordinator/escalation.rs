@@ -342,13 +342,17 @@ pub struct EscalationServer {
 /// [`EscalationServer::expect_selftest_probe`]).
 #[derive(Debug, Default)]
 struct ProbeWindow {
-    open: bool,
+    /// Until when a probe may come (a self-test whose client died must not
+    /// leave the window open).
+    open: Option<Instant>,
     /// The probe's refusal was seen (at most one is taken per window).
     seen: bool,
 }
 
 /// How long a passed self-test waits for its probe's refusal to be taken.
 pub const PROBE_GRACE: Duration = Duration::from_secs(2);
+/// The longest a `doctor --sandbox` self-test keeps its probe window open.
+pub const PROBE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Where the Escalation Socket's records go (the store; a test may make
 /// it fail). An error means nothing was written, so nothing may run.
@@ -603,9 +607,9 @@ impl EscalationServer {
     /// first such handshake is taken: an agent's in the same window is
     /// audited as ever (whichever is taken, the count of refusals audited
     /// is one less than the handshakes, never fewer).
-    pub fn expect_selftest_probe(&self) {
+    pub fn expect_selftest_probe(&self, for_at_most: Duration) {
         *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = ProbeWindow {
-            open: true,
+            open: Some(Instant::now() + for_at_most),
             seen: false,
         };
     }
@@ -630,7 +634,10 @@ impl EscalationServer {
     /// Takes a refused handshake as the self-test's probe, if it may be.
     fn is_selftest_probe(&self, e: &server::AcceptError) -> bool {
         let mut w = self.probe.lock().unwrap_or_else(|e| e.into_inner());
-        if w.open && !w.seen && e.no_client_certificate() {
+        if w.open.is_some_and(|until| Instant::now() < until)
+            && !w.seen
+            && e.no_client_certificate()
+        {
             w.seen = true;
             return true;
         }

@@ -38,6 +38,15 @@ pub enum ClientMsg {
     Verify,
     /// Tear the domain down now, whoever is attached.
     Down,
+    /// `doctor --sandbox` starts the self-test: its probe of the Escalation
+    /// Socket (a handshake without a certificate) is the self-test's, not a
+    /// refusal to audit. Only the user reaches this socket, never the agent.
+    SelfTestStart,
+    /// The self-test ended, with the names of the checks that failed; the
+    /// coordinator audits a `self-test` record.
+    SelfTestEnd {
+        failed: Vec<String>,
+    },
 }
 
 /// Coordinator to client.
@@ -67,6 +76,11 @@ pub enum CoordMsg {
         records: u64,
         first_bad: Option<u64>,
         why: Option<String>,
+    },
+    /// Answers `SelfTestStart` (`escalation_probe` is `None`) and
+    /// `SelfTestEnd` (what the socket saw of the probe, when it has one).
+    SelfTest {
+        escalation_probe: Option<String>,
     },
     /// The request failed; the text says why and what to do.
     Error {

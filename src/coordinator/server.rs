@@ -63,6 +63,9 @@ struct Shared {
     budget: Budget,
     /// Descriptors freed when supervision is lost, to stop the sandbox.
     emergency: Emergency,
+    /// The Escalation Socket, once open: a self-test's probe of it is
+    /// expected there (`doctor --sandbox`).
+    escalation: std::sync::OnceLock<Arc<EscalationServer>>,
 }
 
 /// A connected session that holds the domain up.
@@ -351,6 +354,7 @@ async fn serve(
         limit_gaps: Mutex::new(Vec::new()),
         budget,
         emergency: Emergency::open(),
+        escalation: std::sync::OnceLock::new(),
     });
     shared
         .audit(
@@ -371,6 +375,9 @@ async fn serve(
     let probed = escalation_task
         .as_ref()
         .map(|(_, server, _)| server.clone());
+    if let Some(server) = &probed {
+        let _ = shared.escalation.set(server.clone());
+    }
     // Boot on the blocking pool, streaming steps to waiting sessions.
     let (stop_sync_tx, stop_sync_rx) = std::sync::mpsc::channel::<()>();
     let (stop_watch_tx, stop_watch_rx) = std::sync::mpsc::channel::<()>();
@@ -398,7 +405,8 @@ async fn serve(
                     *s3.limit_gaps.lock().expect("lock") = gaps;
                 });
                 if let Some(server) = &probed {
-                    server.expect_selftest_probe();
+                    // Open for the whole start; closed right after it.
+                    server.expect_selftest_probe(Duration::from_secs(24 * 3600));
                 }
                 let up = s2.engine.up(&s2.resolved, &env, &mut |step| {
                     // Logged before the wake-up, so a woken session finds it.
@@ -1059,6 +1067,47 @@ async fn serve_session(
                 shared.stopped_by.lock().expect("lock").get_or_insert(by);
                 let _ = shared.shutdown.send(true);
                 shared.shutting_down()
+            }
+            ClientMsg::SelfTestStart => {
+                if let Some(server) = shared.escalation.get() {
+                    server.expect_selftest_probe(super::escalation::PROBE_WINDOW);
+                }
+                CoordMsg::SelfTest {
+                    escalation_probe: None,
+                }
+            }
+            ClientMsg::SelfTestEnd { failed } => {
+                let by = stopped_by(stream);
+                let grace = if failed.is_empty() {
+                    super::escalation::PROBE_GRACE
+                } else {
+                    Duration::ZERO
+                };
+                let probe = match shared.escalation.get().cloned() {
+                    Some(server) => {
+                        tokio::task::spawn_blocking(move || server.selftest_probe_seen(grace))
+                            .await
+                            .ok()
+                            .map(probe_outcome)
+                    }
+                    None => None,
+                };
+                shared
+                    .audit(
+                        "self-test",
+                        serde_json::json!({
+                            "by": by.command,
+                            "user": by.user,
+                            "pid": by.pid,
+                            "passed": failed.is_empty(),
+                            "failed": failed,
+                            "escalation_probe": probe,
+                        }),
+                    )
+                    .await;
+                CoordMsg::SelfTest {
+                    escalation_probe: probe.map(str::to_string),
+                }
             }
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),
