@@ -132,10 +132,20 @@ pub fn failed_start(entry: &Entry, labelled: &[LabelledDomain]) -> bool {
         })
 }
 
-/// The last line of a failed start's log: why it failed.
+/// The last line of a failed start's log: why it failed. (Read here: the
+/// coordinator's log module sits above this one. A log that has just
+/// rotated keeps its last line in `coordinator.log.1`.)
 pub fn failure_reason(entry: &Entry) -> Option<String> {
-    crate::coordinator::log::tail(&entry.root.join("coordinator.log"), 1)
-        .pop()
+    ["coordinator.log", "coordinator.log.1"]
+        .iter()
+        .find_map(|name| {
+            let bytes = std::fs::read(entry.root.join(name)).ok()?;
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
         .map(|l| lazaret_widgets::visible::visible(&l))
 }
 

@@ -362,7 +362,27 @@ pub fn down(
             println!("orphaned domain {} is down", orphan.hash);
             n += 1;
         }
+        let podman = crate::podman::Podman::default();
+        let labelled = crate::engine::labelled_domains(&podman)
+            .context("cannot list the domains' containers")?;
+        // What podman's namespace has mounted: a broken domain's State
+        // Anchor or network namespace would be there.
+        let mounts = podman
+            .run(["unshare", "cat", "/proc/self/mountinfo"])
+            .context("cannot read podman's mount table")?;
         for b in crate::engine::teardown::broken_domains(&rundir) {
+            let mounted = mounts.contains(&format!("/domains/{}/", b.hash));
+            if !broken.contains(&b.hash) && !mounted && !labelled.iter().any(|d| d.hash == b.hash) {
+                // Its record says what could not be checked then (its
+                // folder may be gone since); nothing of it is left now.
+                let _ = std::fs::remove_file(crate::engine::teardown::marker(&rundir, &b.hash));
+                println!(
+                    "broken domain {} is down: no container or mount of it is left",
+                    b.hash
+                );
+                n += 1;
+                continue;
+            }
             if !broken.contains(&b.hash) {
                 eprintln!(
                     "lazaret: domain {} ({} in {}) is broken: its teardown left something; run `lazaret down {}` in that folder",
@@ -376,9 +396,6 @@ pub fn down(
         }
         // Folders of starts that failed are broken too, with nothing to
         // bring down: they go, so `domains list` shows no broken domain.
-        let podman = crate::podman::Podman::default();
-        let labelled = crate::engine::labelled_domains(&podman)
-            .context("cannot list the domains' containers")?;
         let entries = crate::domains::list(&config.data_root, &labelled, &coordinator_processes());
         n += remove_failed_starts(&entries, &labelled, &rundir, &podman)?;
         if n == 0 && broken.is_empty() {
