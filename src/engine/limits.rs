@@ -381,17 +381,31 @@ fn private_memory(dir: &Path) -> std::io::Result<Option<u64>> {
     Ok(field("Pss:").map(|pss| pss.saturating_sub(field("Pss_Shmem:").unwrap_or(0)) * KIB))
 }
 
+/// A process's share of all the memory it maps (`Pss` of smaps_rollup).
+fn proportional_memory(dir: &Path) -> std::io::Result<Option<u64>> {
+    let Some(text) = present(std::fs::read_to_string(dir.join("smaps_rollup")))? else {
+        return Ok(None);
+    };
+    Ok(text
+        .lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|kib| kib * KIB))
+}
+
 /// Bytes allocated in the memfds `dir`'s process holds that no earlier
 /// process of the container held. gVisor keeps all of the agent's memory,
 /// its tmpfs and page cache included, in one memfd (`runsc-memory`): its
 /// allocated size is what the sandbox costs the host, mapped or not.
+/// `None` when the process's descriptors cannot be read.
 fn memfd_bytes(
     dir: &Path,
     seen: &mut std::collections::BTreeSet<(u64, u64)>,
-) -> std::io::Result<u64> {
+) -> std::io::Result<Option<u64>> {
     use std::os::unix::fs::MetadataExt;
     let Some(fds) = present(std::fs::read_dir(dir.join("fd")))? else {
-        return Ok(0);
+        return Ok(None);
     };
     let mut total = 0;
     for fd in fds {
@@ -409,7 +423,7 @@ fn memfd_bytes(
             total += m.blocks() * 512;
         }
     }
-    Ok(total)
+    Ok(Some(total))
 }
 
 /// `true` when `cmdline` (NUL-separated) is a conmon for container `id`.
@@ -479,8 +493,17 @@ impl Watchdog {
         let mut charged: Vec<(i32, u64)> = Vec::with_capacity(members.len());
         for &(pid, rss) in &members {
             let dir = self.proc_root.join(pid.to_string());
-            let own = private_memory(&dir)?.unwrap_or(rss);
-            charged.push((pid, own + memfd_bytes(&dir, &mut seen_memfds)?));
+            let own = match memfd_bytes(&dir, &mut seen_memfds)? {
+                Some(memfds) => private_memory(&dir)?.unwrap_or(rss) + memfds,
+                // Its descriptors are not ours to read: runsc's sandbox
+                // with its own network stack runs as another id of the
+                // user's namespace. Its share of every mapping then,
+                // shared memory included: gVisor's memory file is mapped
+                // by the sentry and its stubs, each page counted once
+                // across them.
+                None => proportional_memory(&dir)?.unwrap_or(rss),
+            };
+            charged.push((pid, own));
         }
         Ok(Some(Usage {
             rss: charged.iter().map(|(_, r)| r).sum(),
