@@ -143,8 +143,17 @@ impl NewTabForm {
 
     /// Shows `msg` under the workspace field, e.g. after a [`FormOutcome::Submit`]
     /// the app refused ("no such directory"); the dialog stays open.
+    /// A message of several lines (a configuration's problems) becomes one
+    /// wrapped paragraph: the field is a paragraph, not a terminal.
     pub fn set_error(&mut self, msg: impl Into<String>) {
-        self.error = Some(msg.into());
+        let msg: String = msg.into();
+        let joined = msg
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.error = Some(joined);
     }
 
     pub fn error(&self) -> Option<&str> {
@@ -543,6 +552,16 @@ mod tests {
                 command: name.into(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_refusal_of_several_lines_is_one_paragraph() {
+        let mut form = NewTabForm::new(profiles(), 0, "/w");
+        form.set_error("1 problem in the configuration:\n  workspace: `/w/nope` cannot be used\n");
+        assert_eq!(
+            form.error(),
+            Some("1 problem in the configuration: workspace: `/w/nope` cannot be used")
+        );
     }
 
     #[test]
