@@ -27,10 +27,6 @@ const SIDECAR: &str = "/lazaret-sidecar";
 /// own; the agent's mount namespace never sees it).
 pub const CONTROL_DIR: &str = "/run/lazaret-sidecar";
 pub const CONTROL_SOCKET: &str = lazaret_sidecar::control::DEFAULT_SOCKET;
-/// Where the sidecar answers DNS: its end of the sandbox's link
-/// (`lazaret_sidecar::link::ROUTER_V4`); the agent's /etc/resolv.conf
-/// names it (decisions.md D11, D13).
-pub const RESOLVER_ADDRESS: &str = "100.64.0.1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -303,15 +299,4 @@ pub fn change(
     let report = apply(podman, sidecar, &policy)?;
     save_live(domain_root, &spec)?;
     Ok((spec, report))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_resolver_is_the_routers_end_of_the_link() {
-        assert_eq!(
-            super::RESOLVER_ADDRESS,
-            lazaret_sidecar::link::ROUTER_V4.to_string()
-        );
-    }
 }

@@ -38,6 +38,14 @@ fn sidecar_binary() -> Result<PathBuf, EngineError> {
     })
 }
 
+/// `podman unshare lazaret-sidecar ARGS`: stdout, or what went wrong.
+fn sidecar_in_podman(podman: &Podman, args: &[&OsStr]) -> Result<String, EngineError> {
+    let binary = sidecar_binary()?;
+    let mut all = vec![OsStr::new("unshare"), binary.as_os_str()];
+    all.extend_from_slice(args);
+    Ok(podman.run(all)?)
+}
+
 /// Makes a fresh namespace at `file` and its link into the sidecar
 /// `sidecar` (which must run).
 pub fn make(podman: &Podman, sidecar: &str, file: &Path) -> Result<(), EngineError> {
@@ -50,23 +58,34 @@ pub fn make(podman: &Podman, sidecar: &str, file: &Path) -> Result<(), EngineErr
             "the Network Sidecar {sidecar} does not run (its pid is `{pid}`)"
         )));
     }
-    let binary = sidecar_binary()?;
-    podman
-        .run([
-            OsStr::new("unshare"),
-            binary.as_os_str(),
+    let fail = |e: String| {
+        EngineError::Link(format!(
+            "cannot link the sandbox's network namespace to the Network Sidecar {sidecar}: {e}"
+        ))
+    };
+    let out = sidecar_in_podman(
+        podman,
+        &[
             OsStr::new("link"),
             OsStr::new("--sidecar-pid"),
             OsStr::new(&pid),
             OsStr::new("--netns"),
             file.as_os_str(),
             OsStr::new("--json"),
-        ])
-        .map_err(|e| {
-            EngineError::Link(format!(
-                "cannot link the sandbox's network namespace to the Network Sidecar {sidecar}: {e}"
-            ))
-        })?;
+        ],
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    // What it made, read back from the kernel: the link at its MTU.
+    let report: lazaret_sidecar::link::LinkReport = serde_json::from_str(out.trim())
+        .map_err(|e| fail(format!("unreadable report ({e}): {out}")))?;
+    if report.sandbox.mtu != lazaret_sidecar::link::LINK_MTU
+        || report.router.mtu != lazaret_sidecar::link::LINK_MTU
+    {
+        return Err(fail(format!(
+            "the link's MTU is not {}: {out}",
+            lazaret_sidecar::link::LINK_MTU
+        )));
+    }
     Ok(())
 }
 
@@ -77,20 +96,19 @@ pub fn remove(podman: &Podman, file: &Path) -> Result<(), EngineError> {
     if !file.exists() {
         return Ok(());
     }
-    let binary = sidecar_binary()?;
-    podman
-        .run([
-            OsStr::new("unshare"),
-            binary.as_os_str(),
+    sidecar_in_podman(
+        podman,
+        &[
             OsStr::new("unlink"),
             OsStr::new("--netns"),
             file.as_os_str(),
-        ])
-        .map_err(|e| {
-            EngineError::Link(format!(
-                "cannot remove the sandbox's network namespace {}: {e}",
-                file.display()
-            ))
-        })?;
+        ],
+    )
+    .map_err(|e| {
+        EngineError::Link(format!(
+            "cannot remove the sandbox's network namespace {}: {e}",
+            file.display()
+        ))
+    })?;
     Ok(())
 }

@@ -630,7 +630,7 @@ impl Engine {
             "--tmpfs".into(),
             format!("{}:rw,mode=0700,size=64k", crate::net::CONTROL_DIR),
             "--dns".into(),
-            crate::net::RESOLVER_ADDRESS.into(),
+            lazaret_sidecar::link::ROUTER_V4.to_string(),
             "--network".into(),
             network.into(),
         ];
@@ -827,7 +827,7 @@ impl Engine {
             "--network".into(),
             format!("ns:{}", netns.display()),
             "--dns".into(),
-            crate::net::RESOLVER_ADDRESS.into(),
+            lazaret_sidecar::link::ROUTER_V4.to_string(),
             "--security-opt".into(),
             "no-new-privileges".into(),
             "--workdir".into(),

@@ -118,7 +118,7 @@ pub fn expectations(
         links: vec!["lo".into(), lazaret_sidecar::link::SANDBOX_DEVICE.into()],
         socket: with_socket.then(|| lazaret_escalate::SOCKET_PATH.into()),
         certs_dir: with_socket.then(|| lazaret_escalate::CERTS_DIR.into()),
-        resolver: Some(format!("{}:53", crate::net::RESOLVER_ADDRESS)),
+        resolver: Some(format!("{}:53", lazaret_sidecar::link::ROUTER_V4)),
         refused_names,
         allowed_names,
     })
