@@ -969,7 +969,10 @@ fn example_toml_loads_and_resolves() {
             .resolve(p, &fx.workspace, &env, HostVars::Skip)
             .unwrap();
     }
-    assert_eq!(config.select_profile(None).unwrap().name, "claude");
+    // The built-in shell stays the default, under gVisor (issue 27 item 5).
+    let default = config.select_profile(None).unwrap();
+    assert_eq!(default.name, "shell");
+    assert!(default.runtime.is_gvisor());
     // The agents' APIs by name, not by address ranges (decisions.md D11).
     let claude = &config.profiles["claude"];
     assert!(claude.allow_egress.is_empty());

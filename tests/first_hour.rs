@@ -17,16 +17,21 @@ fn example() -> PathBuf {
 fn run_with(home: &Path, ws: &Path, cfg: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let mut all = vec!["--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
-    let out = lazaret_env(
-        home,
-        ws,
-        STANDARD_PATH,
-        &[("LAZARET_USER_CONFIG", "")],
-        &all,
-    )
-    .stdin(std::process::Stdio::null())
-    .output()
-    .unwrap();
+    run_env(home, ws, &[("LAZARET_USER_CONFIG", "")], &all)
+}
+
+/// `lazaret ARGS` in `ws` with HOME `home`, the variables `extra` and no
+/// terminal: (exit code, stdout, stderr).
+fn run_env(
+    home: &Path,
+    ws: &Path,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let out = lazaret_env(home, ws, STANDARD_PATH, extra, args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     let (o, e) = text(&out);
     (out.status.code(), o, e)
 }
@@ -494,4 +499,110 @@ fn a_client_is_told_who_stopped_its_domain() {
     assert!(!s.contains("not in the profile's image"), "{s}");
     t.send(&["C-a", "q"]);
     t.wait_exit(30, "lazaret ui");
+}
+
+/// `lazaret ARGS` in `ws` with HOME `home` and the standard user file
+/// (`~/.config/lazaret/config.toml`), no terminal: (exit code, stdout, stderr).
+fn run_home(home: &Path, ws: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    run_env(home, ws, &[], args)
+}
+
+/// `lazaret config check`'s default profile and the shell profile's runtime.
+fn default_and_shell_runtime(home: &Path, ws: &Path) -> (String, String) {
+    let (code, o, e) = run_home(home, ws, &["config", "check"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    let line = |prefix: &str| {
+        o.lines()
+            .find_map(|l| l.trim_start().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` in config check:\n{o}"))
+            .to_string()
+    };
+    (line("default profile: "), line("runtime of shell: "))
+}
+
+/// Item 5: `lazaret init` on a machine with no configuration keeps what was
+/// in force (the default profile, the shell profile under gVisor) and only
+/// adds the agent profiles, and says so.
+#[test]
+fn init_keeps_what_was_in_force_and_says_what_it_adds() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let before = default_and_shell_runtime(&home, &ws);
+    assert_eq!(
+        before,
+        ("shell".to_string(), "runsc (gVisor)".to_string()),
+        "the built-in defaults"
+    );
+    let (code, o, e) = run_home(&home, &ws, &["init"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    let file = home.join(".config/lazaret/config.toml");
+    assert!(o.contains(&format!("wrote {}", file.display())), "{o}");
+    assert!(o.contains("default profile: shell (unchanged)"), "{o}");
+    assert!(
+        o.contains("profile shell: unchanged: runsc (gVisor), image localhost/lazaret/trixie:latest, no network"),
+        "{o}"
+    );
+    assert!(o.contains("profiles added: aider, claude, codex"), "{o}");
+    assert!(!o.contains("instead of"), "nothing changes: {o}");
+    assert!(!o.contains("backup") && !o.contains(".bak"), "{o}");
+    assert_eq!(default_and_shell_runtime(&home, &ws), before);
+    let (_, o, _) = run_home(&home, &ws, &["config", "check"]);
+    assert!(o.contains("profiles: aider, claude, codex, shell"), "{o}");
+    // No host command is approved without asking, as before.
+    let (_, shown, _) = run_home(&home, &ws, &["config", "show"]);
+    assert!(shown.contains("auto_approve = []"), "{shown}");
+}
+
+/// Item 5: `lazaret init --force` over a file keeps the old one as a backup
+/// beside it (and says where), and names each change in behaviour: the
+/// default profile, a profile's runtime and network, profiles removed.
+#[test]
+fn init_force_keeps_a_backup_and_names_the_changes() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let mine = "default_profile = \"dev\"\n\
+                [profiles.dev]\nimage = \"localhost/lazaret/trixie:latest\"\n\
+                [profiles.shell]\nimage = \"localhost/lazaret/trixie:latest\"\nruntime = \"runc\"\n\
+                allow_egress = [\"192.0.2.0/24\"]\n";
+    let file = s.write("home/.config/lazaret/config.toml", mine);
+    let (code, _, e) = run_home(&home, &ws, &["init"]);
+    assert_ne!(code, Some(0));
+    assert!(e.contains("already exists") && e.contains("--force"), "{e}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), mine);
+
+    let (code, o, e) = run_home(&home, &ws, &["init", "--force"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    let backup = home.join(".config/lazaret/config.toml.bak");
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), mine);
+    assert!(
+        o.contains(&format!("kept your old file as {}", backup.display())),
+        "{o}"
+    );
+    for change in [
+        "default profile: shell (was dev)",
+        "profile shell: runtime runsc (gVisor) instead of runc (NOT gVisor)",
+        "network no longer allows 192.0.2.0/24",
+        "profiles removed: dev",
+        "profiles added: aider, claude, codex",
+    ] {
+        assert!(o.contains(change), "`{change}` not said:\n{o}");
+    }
+    assert_eq!(
+        default_and_shell_runtime(&home, &ws),
+        ("shell".to_string(), "runsc (gVisor)".to_string())
+    );
+    // Again: the file is already the example; nothing is replaced or kept.
+    let (code, o, e) = run_home(&home, &ws, &["init", "--force"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    assert!(o.contains("already the commented example"), "{o}");
+    // A later replacement never overwrites an earlier backup.
+    std::fs::write(&file, "# mine again\n").unwrap();
+    let (code, o, e) = run_home(&home, &ws, &["init", "--force"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), mine);
+    let second = home.join(".config/lazaret/config.toml.bak.2");
+    assert_eq!(std::fs::read_to_string(&second).unwrap(), "# mine again\n");
+    assert!(o.contains(&second.display().to_string()), "{o}");
 }

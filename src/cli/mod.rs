@@ -2,6 +2,7 @@
 //! library; errors carry context saying what failed and what to do.
 
 mod complete;
+mod init;
 pub(crate) mod session;
 
 use std::fmt::Write as _;
@@ -52,11 +53,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write a commented user configuration (with agent profiles) to
-    /// ~/.config/lazaret/config.toml to start from. Lazaret works without
-    /// one: built-in defaults give a gVisor shell profile.
+    /// Write a commented user configuration to ~/.config/lazaret/config.toml
+    /// to start from: the built-in gVisor shell profile stays the default,
+    /// agent profiles (claude, codex, aider) are added, and what changed is
+    /// printed. Lazaret works without one.
     Init {
-        /// Replace an existing user configuration.
+        /// Replace an existing user configuration (kept as NAME.bak beside
+        /// it); the changes in behaviour are printed.
         #[arg(long)]
         force: bool,
     },
@@ -414,7 +417,7 @@ pub fn run() -> Result<ExitCode> {
         crate::engine::selftest::set_allow_degraded();
     }
     match cli.command {
-        Command::Init { force } => init_command(&env, force),
+        Command::Init { force } => init::init_command(&env, force),
         Command::Trust { path, revoke } => trust_command(&env, cli.config.as_deref(), path, revoke),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -608,31 +611,6 @@ pub fn run() -> Result<ExitCode> {
 }
 
 /// `lazaret trust [PATH] [--revoke]` (decisions.md D8).
-/// The commented configuration `lazaret init` writes: the source tree's
-/// example, embedded because only the binary is installed.
-const EXAMPLE_TOML: &str = include_str!("../../example.toml");
-
-fn init_command(env: &dyn HostEnv, force: bool) -> Result<ExitCode> {
-    let cwd = std::env::current_dir().context("cannot read the current folder")?;
-    let Some(file) = LoadOptions::standard(env, &cwd, None).user_file else {
-        bail!("cannot tell where your configuration goes: set HOME (or XDG_CONFIG_HOME)");
-    };
-    if file.exists() && !force {
-        bail!(
-            "{} already exists; left unchanged. Edit it, or run `lazaret init --force` to replace it with the commented example",
-            file.display()
-        );
-    }
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    std::fs::write(&file, EXAMPLE_TOML)
-        .with_context(|| format!("cannot write {}", file.display()))?;
-    println!("wrote {}", file.display());
-    println!("  edit it, then check it with `lazaret config check`");
-    Ok(ExitCode::SUCCESS)
-}
-
 fn trust_command(
     env: &dyn HostEnv,
     explicit: Option<&Path>,
@@ -1408,9 +1386,26 @@ fn config_check(config: &Config, env: &dyn HostEnv) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // What a command that names no profile runs, and under which kernel.
+    let default = match config.select_profile(None) {
+        Ok(p) => p.name.clone(),
+        Err(e) => format!("none: {e}"),
+    };
+    let _ = writeln!(out, "  default profile: {default}");
     // Limits are part of what a profile promises: say how each holds here.
     let host = crate::engine::limits::HostSupport::detect(&Podman::default()).unwrap_or_default();
     for p in config.profiles.values() {
+        let kernel = if p.runtime.is_gvisor() {
+            "gVisor"
+        } else {
+            "NOT gVisor: shares the host kernel"
+        };
+        let _ = writeln!(
+            out,
+            "  runtime of {}: {} ({kernel})",
+            p.name,
+            p.runtime.as_str()
+        );
         let _ = writeln!(out, "  limits of {}: {}", p.name, p.limits.summary());
         let e = crate::engine::limits::Enforcement::of(&p.limits, p.runtime, &host);
         for gap in e.gaps(&host) {
