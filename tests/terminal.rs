@@ -534,7 +534,7 @@ fn a_long_request_is_approved_only_after_its_end_was_shown() {
     // Each of A and E is refused with a note on the status line (no
     // decision is sent). Any other key takes the note away, so the second
     // refusal is seen on its own.
-    const REFUSED: &str = "longer than the modal";
+    const REFUSED: &str = "read the whole request first";
     t.send(&["a"]);
     t.wait_for(20, "A refused", |s| s.contains(REFUSED));
     t.send(&["x"]);

@@ -8,6 +8,7 @@
 //! It sits below both `cli` and `ui`: neither imports the other's
 //! internals through it, and it imports neither.
 
+pub mod approval;
 pub mod prompt;
 pub mod prompt_page;
 pub mod session;

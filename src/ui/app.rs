@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use lazaret_widgets::keys::{encode_key, encode_mouse, encode_paste};
-use lazaret_widgets::modal::{ApprovalModal, CommandEditor, EditOutcome};
+use lazaret_widgets::modal::{ApprovalModal, CommandEditor};
 use lazaret_widgets::pane::TerminalPane;
 use lazaret_widgets::panels::{
     AuditEntry, AuditPanel, EscalationRow, EscalationStatus, EscalationsPanel, FormOutcome,
@@ -27,8 +27,9 @@ use ratatui::layout::{Constraint, Layout, Rect, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, BorderType};
 
-use super::tab::{self, ModalMode, Pending, Phase, Tab};
+use super::tab::{self, Pending, Phase, Tab};
 use super::{Ev, FRAME, NetTable, key_matches};
+use crate::client::approval::{self, ARMING};
 use crate::client::{Launch, Launcher, Mode};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, StoppedBy};
@@ -71,11 +72,6 @@ enum Panel {
 /// sessions, a table changed by `lazaret net` elsewhere) and the queue's
 /// ages move on.
 const PANEL_REFRESH: Duration = Duration::from_secs(2);
-
-/// How long the approval modal ignores keys after it comes into view, so
-/// that typing meant for the shell (an agent can time its request to catch
-/// it) never answers a request.
-pub const MODAL_ARM: Duration = Duration::from_millis(800);
 
 /// A line the human is typing in the status line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +249,7 @@ impl App {
         // the session goes.
         for p in &tab.prompts {
             self.set_status(
-                &p.prompt.request_id,
+                &p.prompt().request_id,
                 EscalationStatus::Denied {
                     reason: Some("tab closed".into()),
                 },
@@ -571,7 +567,7 @@ impl App {
                 let title = tab.title.clone();
                 if let Some(p) = tab.prompts.iter_mut().find(|p| p.is_identical(&prompt)) {
                     // Shown once, with a count: one decision answers all.
-                    let first = p.prompt.request_id.clone();
+                    let first = p.prompt().request_id.clone();
                     p.add_copy(prompt.request_id);
                     if let Some(s) = self.seen.iter_mut().find(|s| s.id == first) {
                         s.copies += 1;

@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use lazaret_widgets::modal::{ApprovalRequest, ApprovalView, CommandEditor};
+use lazaret_widgets::modal::{ApprovalRequest, ApprovalView};
 use lazaret_widgets::pane::{FeedSink, PaneState, spawn_feed};
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Ev;
 use crate::client::Launch;
+use crate::client::approval::{Approval, Approving};
 use crate::client::session::SessionAnchor;
 use crate::client::terminal::paint;
 use crate::coordinator::client::{self};
@@ -109,23 +110,14 @@ pub enum Phase {
     Failed(String),
 }
 
-/// The modal's mode for the request at the front of the queue.
-#[derive(Debug)]
-pub enum ModalMode {
-    Reading,
-    /// E: the human edits the command.
-    Editing(CommandEditor),
-    /// D: the human may type a reason.
-    Reason(CommandEditor),
-}
-
 /// A request waiting for this tab's human.
 #[derive(Debug)]
 pub struct Pending {
-    pub prompt: Prompt,
+    /// The prompt's state and rules, shared with the plain terminal.
+    pub approval: Approval,
+    /// What the modal shows, and where its last layout left the body.
     pub request: ApprovalRequest,
     pub view: ApprovalView,
-    pub mode: ModalMode,
     /// When the modal was last put in front of the human (keys are held
     /// for a moment after that).
     pub opened: Option<Instant>,
@@ -155,20 +147,23 @@ impl Pending {
             note: Some(note.clone()),
         };
         Pending {
-            prompt,
+            approval: Approval::new(prompt, Approving::Key),
             request,
             view: ApprovalView::new(),
-            mode: ModalMode::Reading,
             opened: None,
             copies: Vec::new(),
             note,
         }
     }
 
+    pub fn prompt(&self) -> &Prompt {
+        self.approval.prompt()
+    }
+
     /// Whether `other` asks exactly what this prompt asks, from the same
     /// session (a flood of one request is one decision, issue 13).
     pub fn is_identical(&self, other: &Prompt) -> bool {
-        let p = &self.prompt;
+        let p = self.prompt();
         p.session_id == other.session_id
             && p.command == other.command
             && p.cwd == other.cwd
@@ -177,7 +172,7 @@ impl Pending {
 
     /// Every request id this entry answers: its own, then its copies.
     pub fn ids(&self) -> impl Iterator<Item = &String> {
-        std::iter::once(&self.prompt.request_id).chain(&self.copies)
+        std::iter::once(&self.prompt().request_id).chain(&self.copies)
     }
 
     pub fn add_copy(&mut self, request_id: String) {
@@ -191,12 +186,12 @@ impl Pending {
     pub fn withdraw(&mut self, request_id: &str) -> bool {
         if let Some(i) = self.copies.iter().position(|c| c == request_id) {
             self.copies.remove(i);
-        } else if self.prompt.request_id == request_id {
+        } else if self.prompt().request_id == request_id {
             if self.copies.is_empty() {
                 return false;
             }
             let next = self.copies.remove(0);
-            self.prompt.request_id = next.clone();
+            self.approval.set_request_id(next.clone());
             self.request.id = next;
         }
         self.refresh_note();

@@ -13,7 +13,6 @@ pub(crate) mod wrap;
 pub use editor::{CommandEditor, EditOutcome};
 
 use ratatui::buffer::Buffer;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -48,6 +47,9 @@ pub struct ApprovalView {
     scroll: u16,
     max_scroll: u16,
     seen_end: bool,
+    /// Body rows shown by the last render, and the body's length.
+    window: u16,
+    total: u16,
 }
 
 impl ApprovalView {
@@ -68,59 +70,25 @@ impl ApprovalView {
         self.scroll
     }
 
+    /// Shows the body from row `row` at the next render (clamped there).
+    pub fn set_scroll(&mut self, row: u16) {
+        self.scroll = row;
+    }
+
+    /// Body rows the last render showed at once.
+    pub fn window(&self) -> u16 {
+        self.window
+    }
+
+    /// The body's rows at the last render's width.
+    pub fn total(&self) -> u16 {
+        self.total
+    }
+
     /// Whether the last line of the request has been on screen. The app
     /// may refuse approval until it has.
     pub fn seen_whole_request(&self) -> bool {
         self.seen_end
-    }
-}
-
-/// What a key does to the modal while the human reads the request (the
-/// keymap the modal's hints name). The app asks before anything else
-/// sees the key: every key is the modal's except Ctrl and Alt chords,
-/// which stay the app's (its prefix key).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadingKey {
-    Approve,
-    /// Ask for a reason, then deny.
-    Deny,
-    /// Open the command editor.
-    Edit,
-    /// Abort the session.
-    Abort,
-    ScrollUp(u16),
-    ScrollDown(u16),
-    /// Any other plain key: swallowed, so nothing reaches the shell.
-    Swallow,
-    /// Not the modal's (Ctrl/Alt chords).
-    NotMine,
-}
-
-impl ReadingKey {
-    pub fn of(key: &KeyEvent) -> ReadingKey {
-        if key
-            .modifiers
-            .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT)
-        {
-            return ReadingKey::NotMine;
-        }
-        match key.code {
-            KeyCode::Char('a' | 'A') => ReadingKey::Approve,
-            KeyCode::Char('d' | 'D') => ReadingKey::Deny,
-            KeyCode::Char('e' | 'E') => ReadingKey::Edit,
-            KeyCode::Char('q' | 'Q') => ReadingKey::Abort,
-            KeyCode::Up => ReadingKey::ScrollUp(1),
-            KeyCode::Down => ReadingKey::ScrollDown(1),
-            KeyCode::PageUp => ReadingKey::ScrollUp(10),
-            KeyCode::PageDown => ReadingKey::ScrollDown(10),
-            _ => ReadingKey::Swallow,
-        }
-    }
-
-    /// Whether the key acts on the whole request (approve or edit), which
-    /// the app allows only once all of it has been on screen.
-    pub fn needs_whole_request(self) -> bool {
-        matches!(self, ReadingKey::Approve | ReadingKey::Edit)
     }
 }
 
@@ -389,6 +357,8 @@ fn render_request(
         footer_lines = held_lines;
     }
     view.max_scroll = body_len.saturating_sub(body_height);
+    view.window = body_height.min(body_len);
+    view.total = body_len;
     view.scroll = view.scroll.min(view.max_scroll);
     if body_height > 0 && view.scroll + body_height >= body_len {
         view.seen_end = true;

@@ -338,22 +338,41 @@ impl App {
                     f.render_widget(pane, areas.pane);
                 });
                 if let Some(p) = tab.prompts.front_mut() {
-                    let key = (tab.id, p.prompt.request_id.clone());
+                    let key = (tab.id, p.prompt().request_id.clone());
                     if shown_modal.as_ref() != Some(&key) {
                         p.opened = Some(Instant::now());
                         *shown_modal = Some(key);
                     }
-                    let held_until = p.opened.map(|t| t + MODAL_ARM);
+                    let held_until = p.opened.map(|t| t + ARMING);
                     let held = held_until.is_some_and(|t| t > Instant::now());
                     if held {
                         *redraw_at = held_until;
                     }
-                    let modal = match &p.mode {
-                        ModalMode::Reading => ApprovalModal::new(&p.request).held(held),
-                        ModalMode::Editing(ed) => ApprovalModal::new(&p.request).editing(ed),
-                        ModalMode::Reason(ed) => ApprovalModal::new(&p.request).denying(ed),
+                    let editor = match p.approval.mode() {
+                        approval::Mode::Reading => None,
+                        approval::Mode::Editing(line) => {
+                            Some((CommandEditor::showing(&line.text(), line.cursor()), false))
+                        }
+                        approval::Mode::Reason(line) => Some((
+                            CommandEditor::reason_showing(&line.text(), line.cursor()),
+                            true,
+                        )),
                     };
+                    let modal = match &editor {
+                        None => ApprovalModal::new(&p.request).held(held),
+                        Some((ed, false)) => ApprovalModal::new(&p.request).editing(ed),
+                        Some((ed, true)) => ApprovalModal::new(&p.request).denying(ed),
+                    };
+                    let row = u16::try_from(p.approval.scroll()).unwrap_or(u16::MAX);
+                    p.view.set_scroll(row);
                     f.render_stateful_widget(modal, areas.pane, &mut p.view);
+                    if editor.is_none() {
+                        p.approval.showed(
+                            usize::from(p.view.scroll()),
+                            usize::from(p.view.window()),
+                            usize::from(p.view.total()),
+                        );
+                    }
                 } else {
                     *shown_modal = None;
                 }

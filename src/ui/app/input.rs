@@ -3,7 +3,7 @@
 //! consumes never reaches the shell), then the prefix key's commands, and
 //! only then the focused pane.
 
-use lazaret_widgets::modal::ReadingKey;
+use crate::client::approval::{PromptKey, Step};
 
 use super::*;
 
@@ -53,9 +53,7 @@ impl App {
             return;
         };
         if let Some(p) = tab.prompts.front_mut() {
-            if let ModalMode::Editing(ed) | ModalMode::Reason(ed) = &mut p.mode {
-                ed.paste(text);
-            }
+            p.approval.paste(text);
             return;
         }
         let modes = tab.state.input_modes();
@@ -313,73 +311,23 @@ impl App {
         let Some(p) = tab.prompts.front_mut() else {
             return false;
         };
-        let verdict = match &mut p.mode {
-            ModalMode::Editing(ed) => match ed.handle_key(key) {
-                EditOutcome::Editing => return true,
-                EditOutcome::Cancel => {
-                    p.mode = ModalMode::Reading;
-                    return true;
-                }
-                EditOutcome::Submit(text) if text.trim().is_empty() => return true,
-                EditOutcome::Submit(text) => {
-                    if ed.changed() {
-                        Verdict::Edit { command: text }
-                    } else {
-                        Verdict::Approve
-                    }
-                }
-            },
-            ModalMode::Reason(ed) => match ed.handle_key(key) {
-                EditOutcome::Editing => return true,
-                EditOutcome::Cancel => {
-                    p.mode = ModalMode::Reading;
-                    return true;
-                }
-                EditOutcome::Submit(text) => Verdict::Deny {
-                    reason: (!text.trim().is_empty()).then_some(text),
-                },
-            },
-            ModalMode::Reading => {
-                let action = ReadingKey::of(&key);
-                if action == ReadingKey::NotMine {
-                    return false;
-                }
-                if p.opened.is_none_or(|t| t.elapsed() < MODAL_ARM) {
-                    // Held: swallowed, neither an answer nor shell input.
-                    return true;
-                }
-                // A and E only once the whole request has been on screen.
-                if action.needs_whole_request() && !p.view.seen_whole_request() {
-                    self.message = Some(
-                        "the request is longer than the modal: scroll to its end (↓ or PgDn) before A or E"
-                            .into(),
-                    );
-                    return true;
-                }
-                match action {
-                    ReadingKey::Approve => Verdict::Approve,
-                    ReadingKey::Abort => Verdict::Abort,
-                    ReadingKey::Deny => {
-                        p.mode = ModalMode::Reason(CommandEditor::reason());
-                        return true;
-                    }
-                    ReadingKey::Edit => {
-                        p.mode = ModalMode::Editing(CommandEditor::new(&p.prompt.command));
-                        return true;
-                    }
-                    ReadingKey::ScrollUp(rows) => {
-                        p.view.scroll_up(rows);
-                        return true;
-                    }
-                    ReadingKey::ScrollDown(rows) => {
-                        p.view.scroll_down(rows);
-                        return true;
-                    }
-                    ReadingKey::Swallow | ReadingKey::NotMine => return true,
-                }
-            }
+        let Some(key) = prompt_key(&key, p.approval.mode()) else {
+            return false;
         };
-        let request_id = p.prompt.request_id.clone();
+        // Keys count only once the modal was on screen a moment.
+        if p.opened.is_some_and(|t| t.elapsed() >= ARMING) {
+            p.approval.arm();
+        } else {
+            p.approval.hold();
+        }
+        let step = p.approval.key(key);
+        if let Some(note) = p.approval.note() {
+            self.message = Some(note.to_string());
+        }
+        let Step::Decided(verdict) = step else {
+            return true;
+        };
+        let request_id = p.prompt().request_id.clone();
         let answered: Vec<String> = p.ids().cloned().collect();
         tab.prompts.pop_front();
         // One decision answers the identical copies too.
@@ -412,5 +360,92 @@ impl App {
             self.quit = true;
         }
         true
+    }
+}
+
+/// The workbench's key as the prompt's rules take it; `None` for what is
+/// not the modal's: Ctrl and Alt chords while reading (the prefix key),
+/// and key releases. Editing keeps every key, with the usual line keys.
+fn prompt_key(key: &KeyEvent, mode: &approval::Mode) -> Option<PromptKey> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    let chord = key
+        .modifiers
+        .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+    let editing = !matches!(mode, approval::Mode::Reading);
+    if chord {
+        if !editing {
+            return None;
+        }
+        return Some(match key.code {
+            KeyCode::Char('u') => PromptKey::Kill,
+            KeyCode::Char('a') => PromptKey::Home,
+            KeyCode::Char('e') => PromptKey::End,
+            KeyCode::Char('m' | 'j') => PromptKey::Enter,
+            KeyCode::Char('h') => PromptKey::Backspace,
+            // Anything else is swallowed: nothing reaches the shell.
+            _ => PromptKey::Other,
+        });
+    }
+    Some(match key.code {
+        KeyCode::Char(c) => PromptKey::Char(c),
+        KeyCode::Enter => PromptKey::Enter,
+        KeyCode::Esc => PromptKey::Escape,
+        KeyCode::Backspace => PromptKey::Backspace,
+        KeyCode::Delete => PromptKey::Delete,
+        KeyCode::Left => PromptKey::Left,
+        KeyCode::Right => PromptKey::Right,
+        KeyCode::Home => PromptKey::Home,
+        KeyCode::End => PromptKey::End,
+        KeyCode::Up => PromptKey::Up,
+        KeyCode::Down => PromptKey::Down,
+        KeyCode::PageUp => PromptKey::PageUp,
+        KeyCode::PageDown => PromptKey::PageDown,
+        // Tab, F-keys and the like: swallowed, neither answer nor input.
+        _ => PromptKey::Other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::approval::{LineEdit, Mode as PromptMode};
+
+    #[test]
+    fn chords_stay_the_apps_while_reading_and_edit_the_line_while_editing() {
+        let key =
+            |c: KeyCode, m: KeyModifiers, mode: &PromptMode| prompt_key(&KeyEvent::new(c, m), mode);
+        let reading = PromptMode::Reading;
+        let editing = PromptMode::Editing(LineEdit::new("ls"));
+        assert_eq!(
+            key(KeyCode::Char('a'), KeyModifiers::CONTROL, &reading),
+            None
+        );
+        assert_eq!(key(KeyCode::Char('x'), KeyModifiers::ALT, &reading), None);
+        assert_eq!(
+            key(KeyCode::Char('A'), KeyModifiers::SHIFT, &reading),
+            Some(PromptKey::Char('A'))
+        );
+        assert_eq!(
+            key(KeyCode::PageDown, KeyModifiers::NONE, &reading),
+            Some(PromptKey::PageDown)
+        );
+        assert_eq!(
+            key(KeyCode::Tab, KeyModifiers::NONE, &reading),
+            Some(PromptKey::Other)
+        );
+        assert_eq!(
+            key(KeyCode::Char('u'), KeyModifiers::CONTROL, &editing),
+            Some(PromptKey::Kill)
+        );
+        assert_eq!(
+            key(KeyCode::Char('a'), KeyModifiers::CONTROL, &editing),
+            Some(PromptKey::Home)
+        );
+        assert_eq!(
+            key(KeyCode::Char('z'), KeyModifiers::CONTROL, &editing),
+            Some(PromptKey::Other)
+        );
     }
 }

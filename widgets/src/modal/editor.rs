@@ -54,6 +54,30 @@ impl CommandEditor {
         editor
     }
 
+    /// The editor showing `text` with the cursor before its character
+    /// `cursor`: for a frontend that keeps the line's state itself and
+    /// draws it each frame.
+    pub fn showing(text: &str, cursor: usize) -> Self {
+        let mut editor = Self::new(text);
+        editor.place_cursor(cursor);
+        editor
+    }
+
+    /// [`CommandEditor::reason`] showing `text`, the cursor before its
+    /// character `cursor`.
+    pub fn reason_showing(text: &str, cursor: usize) -> Self {
+        let mut editor = Self::reason();
+        editor.textarea.insert_str(make_visible(text).0);
+        editor.place_cursor(cursor);
+        editor
+    }
+
+    fn place_cursor(&mut self, cursor: usize) {
+        let col = u16::try_from(cursor).unwrap_or(u16::MAX);
+        self.textarea
+            .move_cursor(ratatui_textarea::CursorMove::Jump(0, col));
+    }
+
     /// A one-line field, such as a path: no soft wrapping, so a long text
     /// scrolls sideways with the cursor kept in view; `placeholder` shows
     /// while it is empty.

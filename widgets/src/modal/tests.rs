@@ -165,38 +165,3 @@ fn the_editor_keeps_one_line() {
     editor.paste(" -l\n\u{202E}x");
     assert_eq!(editor.text(), "ls -l␤<U+202E>x");
 }
-
-#[test]
-fn the_reading_keymap_matches_the_hints_and_leaves_chords_to_the_app() {
-    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-    let key = |c: KeyCode, m: KeyModifiers| ReadingKey::of(&KeyEvent::new(c, m));
-    let plain = |c: char| key(KeyCode::Char(c), KeyModifiers::NONE);
-    assert_eq!(plain('a'), ReadingKey::Approve);
-    assert_eq!(
-        key(KeyCode::Char('A'), KeyModifiers::SHIFT),
-        ReadingKey::Approve
-    );
-    assert_eq!(plain('d'), ReadingKey::Deny);
-    assert_eq!(plain('e'), ReadingKey::Edit);
-    assert_eq!(plain('q'), ReadingKey::Abort);
-    assert_eq!(plain('x'), ReadingKey::Swallow);
-    assert_eq!(key(KeyCode::Enter, KeyModifiers::NONE), ReadingKey::Swallow);
-    assert_eq!(
-        key(KeyCode::PageDown, KeyModifiers::NONE),
-        ReadingKey::ScrollDown(10)
-    );
-    assert_eq!(
-        key(KeyCode::Up, KeyModifiers::NONE),
-        ReadingKey::ScrollUp(1)
-    );
-    assert_eq!(
-        key(KeyCode::Char('a'), KeyModifiers::CONTROL),
-        ReadingKey::NotMine
-    );
-    assert_eq!(
-        key(KeyCode::Char('a'), KeyModifiers::ALT),
-        ReadingKey::NotMine
-    );
-    assert!(ReadingKey::Approve.needs_whole_request() && ReadingKey::Edit.needs_whole_request());
-    assert!(!ReadingKey::Deny.needs_whole_request() && !ReadingKey::Abort.needs_whole_request());
-}
