@@ -54,6 +54,56 @@ fn announce(domain: &DomainStatus) {
     }
 }
 
+/// Prints a start-up step on stderr as `lazaret: [ 1.2s] step`, the time
+/// counted from when this printer was made.
+pub(crate) fn step_printer() -> impl FnMut(&str) {
+    let started = Instant::now();
+    move |step: &str| {
+        // One write per line (stderr is unbuffered).
+        let line = format!(
+            "lazaret: [{:>4.1}s] {step}\n",
+            started.elapsed().as_secs_f64()
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
+/// `work`, unless SIGINT, SIGTERM or SIGHUP comes first: then `Err` with
+/// the signal, and `work` is dropped (a connection it held closes).
+pub(crate) async fn unless_signalled<T>(work: impl Future<Output = T>) -> Result<Result<T, i32>> {
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    Ok(tokio::select! {
+        done = work => Ok(done),
+        _ = int.recv() => Err(SIGINT),
+        _ = term.recv() => Err(SIGTERM),
+        _ = hup.recv() => Err(SIGHUP),
+    })
+}
+
+/// Says that a signal (Ctrl-C) cancelled the start of `hash`'s domain
+/// before `what` ran, and gives the exit code a shell gives a command
+/// ended by that signal (130 for SIGINT).
+///
+/// This session's connection is closed: the coordinator counts it gone at
+/// its next step, and a domain left without sessions is taken down once
+/// its start is complete (it never tears down under a start in progress).
+pub(crate) fn start_cancelled(hash: &str, what: &str, sig: i32) -> ExitCode {
+    let name = match sig {
+        SIGINT => "interrupted (Ctrl-C)",
+        SIGTERM => "terminated (SIGTERM)",
+        _ => "hung up (SIGHUP)",
+    };
+    eprintln!(
+        "lazaret: {name} while domain {hash} was starting; {what} did not run. \
+         Unless another session uses the domain, its Session Coordinator takes down \
+         what this start made as soon as the step under way ends \
+         (`lazaret status` lists the domain until then)."
+    );
+    ExitCode::from(128 + sig as u8)
+}
+
 /// A Client Session's identity: its id and its Session Anchor key, whose
 /// private half never leaves this process; each exec gets a delegated,
 /// expiring credential (decisions.md D4). Shared by `lazaret shell`/`exec`
@@ -246,31 +296,35 @@ pub(crate) fn run_in_sandbox(
     let tty = interactive && stdin_tty;
     let has_human = super::prompt::open_tty().is_some();
     let rt = runtime()?;
-    let started = Instant::now();
-    let mut progress = |step: &str| {
-        // One write per line (stderr is unbuffered).
-        let line = format!(
-            "lazaret: [{:>4.1}s] {step}\n",
-            started.elapsed().as_secs_f64()
-        );
-        let _ = std::io::stderr().write_all(line.as_bytes());
-    };
+    let mut progress = step_printer();
     let hello = session.hello(purpose, has_human);
-    let reach = || format!("cannot reach domain {}", ctx.anchor.hash());
+    let hash = ctx.anchor.hash().to_string();
+    let reach = || format!("cannot reach domain {hash}");
+    let what = if purpose == "shell" {
+        "the shell"
+    } else {
+        "the command"
+    };
     // Without a terminal to hand over, the exec starts as soon as the
     // sandbox runs and its command waits inside for the self-test (a cold
     // start then does not pay podman's exec after the check). A terminal
     // session waits: `podman exec --tty` takes the terminal at once.
-    let connected = if tty {
-        rt.block_on(client::connect(&ctx, &hello, true, &mut progress))
-            .map(|c| client::Connected::Up(Box::new(c)))
-    } else {
-        rt.block_on(client::connect_early(&ctx, &hello, &mut progress))
-    }
-    .with_context(reach)?;
+    // A signal meanwhile cancels the start (the connection closes).
+    let connected = rt.block_on(unless_signalled(async {
+        if tty {
+            client::connect(&ctx, &hello, true, &mut progress)
+                .await
+                .map(|c| client::Connected::Up(Box::new(c)))
+        } else {
+            client::connect_early(&ctx, &hello, &mut progress).await
+        }
+    }))?;
+    let connected = match connected {
+        Ok(c) => c.with_context(reach)?,
+        Err(sig) => return Ok(start_cancelled(&hash, what, sig)),
+    };
     // From here on a signal that ends Lazaret also ends a prompt (as a
-    // denial) and the exec, and the terminal is restored (until here the
-    // default action ends Lazaret at once, before anything ran).
+    // denial) and the exec, and the terminal is restored.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGTERM, SIGHUP, SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -298,19 +352,27 @@ pub(crate) fn run_in_sandbox(
     let (mut client, child) = match connected {
         client::Connected::Up(client) => (*client, None),
         client::Connected::Checking(checking) => {
-            let mut child = {
+            let child = {
                 let _in_runtime = rt.enter();
                 cmd.spawn().context("cannot run podman exec")?
             };
-            match rt.block_on(checking.welcome(&mut progress)) {
-                Ok(client) => (client, Some(child)),
-                Err(e) => {
-                    // Torn down with its sandbox anyway; not left behind.
-                    let _ = rt.block_on(async {
-                        let _ = child.start_kill();
-                        child.wait().await
-                    });
+            let welcome = rt.block_on(unless_signalled(checking.welcome(&mut progress)))?;
+            // Torn down with its sandbox anyway; not left behind.
+            let end_exec = |mut child: tokio::process::Child| {
+                let _ = rt.block_on(async {
+                    let _ = child.start_kill();
+                    child.wait().await
+                });
+            };
+            match welcome {
+                Ok(Ok(client)) => (client, Some(child)),
+                Ok(Err(e)) => {
+                    end_exec(child);
                     return Err(anyhow::Error::new(e).context(reach()));
+                }
+                Err(sig) => {
+                    end_exec(child);
+                    return Ok(start_cancelled(&hash, what, sig));
                 }
             }
         }

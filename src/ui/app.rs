@@ -213,18 +213,29 @@ impl App {
         }
     }
 
-    /// Opens the first tab, with the launch the UI started with.
-    pub fn first_tab(&mut self, size: Size) {
+    /// Opens the first tab, with the launch the UI started with (and its
+    /// session, when it connected before); returns its pane, which outlives
+    /// the tab (`lazaret shell` prints it when it ends).
+    pub fn first_tab(
+        &mut self,
+        size: Size,
+        preconnected: Option<tab::Preconnected>,
+    ) -> std::sync::Arc<lazaret_widgets::pane::PaneState> {
         self.size = size;
         let launch = self.launch.clone();
-        self.open_tab(&launch);
+        self.open_tab_with(&launch, preconnected);
+        std::sync::Arc::clone(&self.tabs[self.focus].state)
     }
 
     fn open_tab(&mut self, launch: &Launch) {
+        self.open_tab_with(launch, None);
+    }
+
+    fn open_tab_with(&mut self, launch: &Launch, preconnected: Option<tab::Preconnected>) {
         let (rows, cols) = self.pane_size();
         let id = self.next_id;
         self.next_id += 1;
-        let mut tab = Tab::start(id, launch, rows, cols, self.tx.clone());
+        let mut tab = Tab::start(id, launch, rows, cols, self.tx.clone(), preconnected);
         // Tabs of one profile are told apart: claude, claude-2, claude-3.
         let taken = |name: &str| self.tabs.iter().any(|t| t.title == name);
         if taken(&tab.title) {
@@ -464,8 +475,12 @@ impl App {
             }
             Ev::Connected(id, domain, args) => {
                 let tx = self.tx.clone();
+                let shell = self.mode == Mode::Shell;
                 if let Some(t) = self.tab_mut(id) {
-                    t.progress("the domain is up; starting the shell");
+                    // `lazaret shell` said its steps on the plain terminal.
+                    if !shell {
+                        t.progress("the domain is up; starting the shell");
+                    }
                     t.domain = Some(*domain);
                     if let Err(e) = t.spawn_shell(&args, tx) {
                         t.failed(&format!("{e:#}"));

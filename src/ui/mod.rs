@@ -215,6 +215,24 @@ pub fn run(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // `lazaret shell` starts its domain on the plain terminal, as `exec`
+    // does: the steps stay on screen above the session, and Ctrl-C
+    // (SIGINT, the terminal is not raw yet) cancels the start.
+    let preconnected = match mode {
+        Mode::Shell => match connect_first(&launch, &rt)? {
+            Ok(p) => Some(p),
+            Err(sig) => {
+                let hash = launch.ctx.anchor.hash().to_string();
+                rt.shutdown_background();
+                return Ok(crate::client::session::start_cancelled(
+                    &hash,
+                    "the shell",
+                    sig,
+                ));
+            }
+        },
+        Mode::Workbench => None,
+    };
 
     let (tx, rx) = std::sync::mpsc::channel();
     // A signal ends the UI through its loop, so the terminal is restored
@@ -274,7 +292,7 @@ pub fn run(
     );
     app.drawing_on_stdout();
     let size = term.size()?;
-    app.first_tab(size);
+    let pane = app.first_tab(size, preconnected);
     let result = app.run(&mut term, &rx);
     let outcome = app.outcome();
     let stopped = app.stopped.take();
@@ -286,6 +304,14 @@ pub fn run(
     let _ = std::io::stdout().flush();
     result?;
     drop(_guard);
+    // What the shell showed stays on the terminal's normal screen and in
+    // its scrollback, as after `podman exec -it` or ssh: the pane's text
+    // (a full-screen program's own screen is gone, as it would be there).
+    if mode == Mode::Shell {
+        let mut out = std::io::stdout();
+        let _ = out.write_all(pane.transcript().as_bytes());
+        let _ = out.flush();
+    }
     // Said on the terminal the shell returns to, after its screen is gone.
     if let Some(by) = stopped {
         let code = crate::coordinator::protocol::EXIT_STOPPED;
@@ -309,6 +335,38 @@ pub fn run(
         Ok(code) => Ok(ExitCode::from(code)),
         Err(why) => Err(anyhow::anyhow!(why)),
     }
+}
+
+/// `lazaret shell`'s session, connected on the plain terminal (the boot
+/// steps on stderr) before the UI takes it over; `Err` with the signal that
+/// cancelled the start.
+fn connect_first(
+    launch: &crate::client::Launch,
+    rt: &tokio::runtime::Runtime,
+) -> Result<std::result::Result<tab::Preconnected, i32>> {
+    use crate::client::session::{SessionAnchor, step_printer, unless_signalled};
+    let session = SessionAnchor::new()?;
+    let hello = session.hello(launch.purpose, true);
+    let mut progress = step_printer();
+    let connected = rt.block_on(unless_signalled(crate::coordinator::client::connect(
+        &launch.ctx,
+        &hello,
+        true,
+        &mut progress,
+    )))?;
+    let client = match connected {
+        Err(sig) => return Ok(Err(sig)),
+        Ok(c) => c.with_context(|| format!("cannot reach domain {}", launch.ctx.anchor.hash()))?,
+    };
+    let stream = client
+        .stream
+        .into_std()
+        .context("cannot keep the control stream")?;
+    Ok(Ok(tab::Preconnected {
+        session,
+        stream,
+        domain: client.domain,
+    }))
 }
 
 /// The rule behind a route, short enough for a side panel: the key, then

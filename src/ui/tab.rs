@@ -210,6 +210,16 @@ impl Pending {
     }
 }
 
+/// A session that connected before the UI took the terminal (`lazaret
+/// shell` starts its domain on the plain terminal): its identity, its
+/// control stream (out of the runtime that opened it) and its domain.
+#[derive(Debug)]
+pub struct Preconnected {
+    pub session: SessionAnchor,
+    pub stream: std::os::unix::net::UnixStream,
+    pub domain: DomainStatus,
+}
+
 #[derive(Debug)]
 pub struct Tab {
     pub id: u64,
@@ -248,16 +258,20 @@ impl Tab {
     }
 
     /// Starts connecting (in `rt`); the pane shows the boot progress.
+    /// A `preconnected` session skips that: its domain is up.
     pub fn start(
         id: u64,
         launch: &Launch,
         rows: u16,
         cols: u16,
         tx: std::sync::mpsc::Sender<Ev>,
+        preconnected: Option<Preconnected>,
     ) -> Tab {
         let (outbound, out_rx) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(PaneState::new(rows.max(1), cols.max(1), SCROLLBACK));
-        state.process(format!("lazaret: connecting to {}\r\n", launch.label).as_bytes());
+        if preconnected.is_none() {
+            state.process(format!("lazaret: connecting to {}\r\n", launch.label).as_bytes());
+        }
         // Its own thread and runtime: the connection's progress callback is
         // not `Send`, and a tab's control stream lives as long as the tab.
         let title = launch.profile.clone();
@@ -273,7 +287,7 @@ impl Tab {
                     .enable_all()
                     .build()
                 {
-                    Ok(rt) => rt.block_on(control(id, launch, out_rx, tx, stopped)),
+                    Ok(rt) => rt.block_on(control(id, launch, preconnected, out_rx, tx, stopped)),
                     Err(e) => {
                         let _ = tx.send(Ev::Failed(id, format!("no async runtime: {e}")));
                     }
@@ -482,34 +496,24 @@ impl Tab {
 async fn control(
     id: u64,
     launch: Launch,
+    preconnected: Option<Preconnected>,
     mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
     tx: std::sync::mpsc::Sender<Ev>,
     stopped: Arc<Mutex<Option<StoppedBy>>>,
 ) {
-    let session = match SessionAnchor::new() {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = tx.send(Ev::Failed(id, format!("{e:#}")));
-            return;
-        }
+    let connected = match preconnected {
+        Some(p) => tokio::net::UnixStream::from_std(p.stream)
+            .map(|stream| {
+                let domain = p.domain;
+                (p.session, client::Client { stream, domain })
+            })
+            .map_err(|e| format!("cannot use the control stream: {e}")),
+        None => connect(id, &launch, &tx).await,
     };
-    let progress_tx = tx.clone();
-    let connected = client::connect(
-        &launch.ctx,
-        &session.hello(launch.purpose, true),
-        true,
-        &mut |step| {
-            let _ = progress_tx.send(Ev::Progress(id, step.to_string()));
-        },
-    )
-    .await;
-    let client = match connected {
+    let (session, client) = match connected {
         Ok(c) => c,
-        Err(e) => {
-            let _ = tx.send(Ev::Failed(
-                id,
-                format!("cannot reach domain {}: {e}", launch.ctx.anchor.hash()),
-            ));
+        Err(why) => {
+            let _ = tx.send(Ev::Failed(id, why));
             return;
         }
     };
@@ -597,6 +601,28 @@ async fn control(
         }
     }
     let _ = tx.send(Ev::ControlClosed(id));
+}
+
+/// A new session for the tab, connected once its domain is up (the boot
+/// steps go to the pane); or why not.
+async fn connect(
+    id: u64,
+    launch: &Launch,
+    tx: &std::sync::mpsc::Sender<Ev>,
+) -> Result<(SessionAnchor, client::Client), String> {
+    let session = SessionAnchor::new().map_err(|e| format!("{e:#}"))?;
+    let progress_tx = tx.clone();
+    let client = client::connect(
+        &launch.ctx,
+        &session.hello(launch.purpose, true),
+        true,
+        &mut |step| {
+            let _ = progress_tx.send(Ev::Progress(id, step.to_string()));
+        },
+    )
+    .await
+    .map_err(|e| format!("cannot reach domain {}: {e}", launch.ctx.anchor.hash()))?;
+    Ok((session, client))
 }
 
 /// Text Lazaret writes into a pane ends its lines with CR LF: a terminal

@@ -9,6 +9,7 @@
 mod feed;
 mod replies;
 mod state;
+mod transcript;
 
 pub use feed::{BATCH, FeedSink, spawn_feed};
 pub use state::PaneState;

@@ -160,6 +160,18 @@ impl PaneState {
         InputModes::of(self.lock().screen())
     }
 
+    /// The pane's text for the terminal it was drawn on, once it is no
+    /// longer drawn: the main screen's scrollback and rows as lines of text
+    /// with plain styling, made from the parsed cells. A child that ended on the
+    /// alternate screen leaves it first, as a terminal shows it.
+    pub fn transcript(&self) -> String {
+        let mut parser = self.lock();
+        if parser.screen().alternate_screen() {
+            parser.process(b"\x1b[?1049l");
+        }
+        super::transcript::render(parser.screen_mut())
+    }
+
     /// Runs `f` on the screen with the parser locked: draw with it, keep the
     /// closure short.
     pub fn with_screen<R>(&self, f: impl FnOnce(&vt100::Screen) -> R) -> R {
