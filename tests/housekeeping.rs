@@ -166,6 +166,39 @@ fn orphan_of_a_killed_coordinator_is_listed_and_brought_down() {
     assert!(left.is_none(), "{left:?}");
 }
 
+/// `lazaret sandbox up`, as the user guide shows it, starts a domain with
+/// no coordinator by design: `status` lists it as running with no session
+/// (never as orphaned), and `sandbox down` takes it off the list.
+#[test]
+fn a_domain_sandbox_up_started_runs_and_is_no_orphan() {
+    let d = Domain::new("rc");
+    d.up();
+    let st = d.status().expect("status lists the domain");
+    assert_eq!(st["state"], "running", "{st}");
+    assert_eq!(st["orphaned"], false, "{st}");
+    assert_eq!(st["started_by"], "sandbox up", "{st}");
+    assert_eq!(st["sessions"], serde_json::json!([]), "{st}");
+    let out = d.cmd_raw(STANDARD_PATH, &["status"]).output().unwrap();
+    let o = text(&out).0;
+    let (orphaned, rest) = o
+        .split_once("orphaned (")
+        .map_or(("", o.as_str()), |(_, after)| {
+            after.split_once("\n\n").unwrap_or((after, ""))
+        });
+    assert!(!orphaned.contains(&d.hash), "listed as orphaned:\n{o}");
+    let row = rest
+        .lines()
+        .find(|l| l.starts_with(&d.hash) && l.contains(d.profile))
+        .unwrap_or_else(|| panic!("no row for {}:\n{o}", d.hash));
+    assert!(row.contains("runc NOT gVisor"), "{row}");
+    assert!(
+        o.contains(&format!("{}: started by `lazaret sandbox up`", d.hash)),
+        "{o}"
+    );
+    d.down();
+    assert_eq!(d.status(), None, "still listed after sandbox down");
+}
+
 fn age_folder(root: &std::path::Path) {
     for f in ["coordinator.log", "state.redb", "anchor.json", ""] {
         let p = root.join(f);

@@ -718,6 +718,12 @@ fn sandbox_up(
                 resolved.profile.name
             )
         })?;
+    // No coordinator watches this domain: `status` is told it runs so.
+    session::record_sandbox_up(
+        &engine.rundir,
+        resolved.domain.hash(),
+        &[sandbox.name.clone(), sandbox.sidecar.clone()],
+    );
     println!("sandbox   {}", sandbox.name);
     println!("sidecar   {}", sandbox.sidecar);
     println!("image     {}", sandbox.image);
@@ -805,9 +811,11 @@ fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) ->
         None => current_dir()?,
     };
     let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
-    engine(&config, env)?
+    let engine = engine(&config, env)?;
+    engine
         .down(&anchor)
         .with_context(|| format!("cannot tear down domain {}", anchor.hash()))?;
+    session::forget_sandbox_up(&engine.rundir, anchor.hash());
     println!("domain {} is down", anchor.hash());
     Ok(ExitCode::SUCCESS)
 }

@@ -115,6 +115,89 @@ fn coordinator_processes() -> Vec<String> {
     hashes
 }
 
+/// What `lazaret sandbox up` records of a domain it started, in the
+/// runtime folder: that domain has no coordinator by design, and `status`
+/// tells it from the leftovers of a coordinator that died by its
+/// containers' ids (a coordinator that starts the domain again makes new
+/// ones).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ManualStart {
+    ids: Vec<String>,
+    /// Unix seconds.
+    started: u64,
+}
+
+fn manual_marker(rundir: &RuntimeDir, hash: &str) -> PathBuf {
+    rundir
+        .path()
+        .join(format!("lazaret_sandbox_up_{hash}.json"))
+}
+
+/// The ids of `containers`, sorted; `None` if one is missing.
+fn container_ids(containers: &[String]) -> Option<Vec<String>> {
+    if containers.is_empty() {
+        return None;
+    }
+    let mut args = vec!["container", "inspect", "--format", "{{.Id}}"];
+    args.extend(containers.iter().map(String::as_str));
+    let out = crate::podman::Podman::default().run(args).ok()?;
+    let mut ids: Vec<String> = out.lines().map(str::to_string).collect();
+    ids.sort();
+    (ids.len() == containers.len()).then_some(ids)
+}
+
+/// Notes that `lazaret sandbox up` started `containers` for domain `hash`.
+pub(crate) fn record_sandbox_up(rundir: &RuntimeDir, hash: &str, containers: &[String]) {
+    let Some(ids) = container_ids(containers) else {
+        return;
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Ok(bytes) = serde_json::to_vec(&ManualStart { ids, started }) {
+        let _ = crate::rundir::write_private(&manual_marker(rundir, hash), &bytes);
+    }
+}
+
+/// Forgets what [`record_sandbox_up`] noted (the domain is down).
+pub(crate) fn forget_sandbox_up(rundir: &RuntimeDir, hash: &str) {
+    let _ = std::fs::remove_file(manual_marker(rundir, hash));
+}
+
+/// When `domain`'s containers are the ones `lazaret sandbox up` started
+/// (and all run), the seconds they have been up.
+fn sandbox_up_uptime(rundir: &RuntimeDir, domain: &crate::engine::LabelledDomain) -> Option<u64> {
+    let bytes = std::fs::read(manual_marker(rundir, &domain.hash)).ok()?;
+    let start: ManualStart = serde_json::from_slice(&bytes).ok()?;
+    if !domain.running || container_ids(&domain.containers)? != start.ids {
+        return None;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Some(now.saturating_sub(start.started))
+}
+
+/// A domain that runs without a coordinator, from its containers' labels.
+fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: bool) -> DomainStatus {
+    DomainStatus {
+        hash: d.hash.clone(),
+        profile: d.profile.clone(),
+        workspace: d.workspace.clone(),
+        sandbox: d.containers.first().cloned().unwrap_or_default(),
+        runtime: d.runtime.clone(),
+        gvisor: d.runtime == "runsc",
+        workspace_mode: String::new(),
+        sessions: Vec::new(),
+        uptime,
+        coordinator_pid: 0,
+        degraded: None,
+        limits: String::new(),
+        limit_gaps: Vec::new(),
+        orphaned,
+    }
+}
+
 fn print_orphans(orphans: &[crate::engine::LabelledDomain]) {
     if orphans.is_empty() {
         return;
@@ -152,6 +235,7 @@ fn down_orphan(
             .down(&anchor)
             .with_context(|| format!("cannot clean up domain {}", orphan.hash))?;
         let _ = std::fs::remove_file(anchor.control_socket(rundir));
+        forget_sandbox_up(rundir, &orphan.hash);
         return Ok(());
     }
     let podman = crate::podman::Podman::default();
@@ -192,6 +276,16 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
     // listed once, as broken (its teardown left them).
     let mut orphans = orphans(&domains);
     orphans.retain(|o| !broken.iter().any(|b| b.hash == o.hash));
+    // Domains `lazaret sandbox up` started have no coordinator by design:
+    // they run, with no session, rather than being left over.
+    let mut manual = Vec::new();
+    orphans.retain(|o| match sandbox_up_uptime(&rundir, o) {
+        Some(uptime) => {
+            manual.push(labelled_status(o, uptime, false));
+            false
+        }
+        None => true,
+    });
     if json {
         let mut all = Vec::new();
         for d in &domains {
@@ -199,23 +293,14 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             v["state"] = "running".into();
             all.push(v);
         }
+        for d in &manual {
+            let mut v = serde_json::to_value(d)?;
+            v["state"] = "running".into();
+            v["started_by"] = "sandbox up".into();
+            all.push(v);
+        }
         for o in &orphans {
-            let mut v = serde_json::to_value(DomainStatus {
-                hash: o.hash.clone(),
-                profile: o.profile.clone(),
-                workspace: o.workspace.clone(),
-                sandbox: o.containers.first().cloned().unwrap_or_default(),
-                runtime: o.runtime.clone(),
-                gvisor: o.runtime == "runsc",
-                workspace_mode: String::new(),
-                sessions: Vec::new(),
-                uptime: 0,
-                coordinator_pid: 0,
-                degraded: None,
-                limits: String::new(),
-                limit_gaps: Vec::new(),
-                orphaned: true,
-            })?;
+            let mut v = serde_json::to_value(labelled_status(o, 0, true))?;
             v["state"] = "orphaned".into();
             all.push(v);
         }
@@ -228,16 +313,18 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_broken(&broken);
-    if domains.is_empty() && orphans.is_empty() {
+    if domains.is_empty() && orphans.is_empty() && manual.is_empty() {
         if broken.is_empty() {
             println!("no domain is running");
         }
         return Ok(ExitCode::SUCCESS);
     }
     print_orphans(&orphans);
-    if domains.is_empty() {
+    if domains.is_empty() && manual.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
+    let manual_hashes: Vec<String> = manual.iter().map(|d| d.hash.clone()).collect();
+    domains.extend(manual);
     println!(
         "{:<13} {:<12} {:<22} {:>8} {:>7}  WORKSPACE",
         "DOMAIN", "PROFILE", "RUNTIME", "SESSIONS", "UPTIME"
@@ -258,6 +345,11 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             d.sessions.len(),
             uptime(d.uptime),
             visible(&d.workspace)
+        );
+    }
+    for hash in &manual_hashes {
+        println!(
+            "{hash}: started by `lazaret sandbox up`, with no Session Coordinator (so no sessions); `lazaret sandbox down` in its folder stops it"
         );
     }
     Ok(ExitCode::SUCCESS)
