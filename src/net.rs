@@ -38,13 +38,51 @@ pub enum NetError {
     Report(String),
     #[error("the sidecar's table differs from the policy after applying it: {0}")]
     NotInForce(String),
-    #[error("{0}")]
-    NeedsRestart(String),
+    #[error(
+        "{NEEDS_RESTART_WHY}. Nothing was changed. To use it, save the rule into \
+         ./lazaret.toml (the same `lazaret net allow` with `--save`) and restart the domain \
+         (`lazaret down`, then start it again)"
+    )]
+    NeedsRestart,
     #[error("cannot keep the live policy in {path}: {error}")]
     Io {
         path: PathBuf,
         error: std::io::Error,
     },
+}
+
+/// Why opening the host's loopback needs a restart of the domain.
+pub const NEEDS_RESTART_WHY: &str = "10.0.2.2 (the host's loopback) cannot be opened in a \
+     running domain: its network was started without the host alias, and slirp4netns cannot \
+     add it live";
+
+/// `e` as a sentence that says what failed and what to do: podman's own
+/// words are kept only as the detail of a failure that is not a known one.
+pub fn explain(e: &NetError, sidecar: &str) -> String {
+    match e {
+        NetError::Podman(PodmanError::Failed { stderr, .. })
+            if stderr.contains("no such container")
+                || stderr.contains("not running")
+                || stderr.contains("state improper") =>
+        {
+            format!(
+                "the domain stopped (its Network Sidecar {sidecar} is not running); see `lazaret status`, and start it again"
+            )
+        }
+        NetError::Podman(PodmanError::Failed { stderr, .. }) => format!(
+            "podman could not reach the Network Sidecar {sidecar} ({}); check the domain with `lazaret status` and podman with `lazaret doctor`",
+            stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message")
+                .trim()
+        ),
+        NetError::Podman(PodmanError::Timeout { secs, .. }) => format!(
+            "podman did not answer within {secs} s while talking to the Network Sidecar {sidecar}; check podman with `lazaret doctor`, then try again"
+        ),
+        other => other.to_string(),
+    }
 }
 
 pub fn policy(spec: PolicySpec) -> Result<Policy, NetError> {
@@ -292,9 +330,7 @@ pub fn change(
     }
     let policy = policy(spec.clone())?;
     if needs_host_loopback(&policy) && !host_loopback_offered(domain_root) {
-        return Err(NetError::NeedsRestart(format!(
-            "{HOST_LOOPBACK_ALIAS} (the host's loopback) cannot be opened in a running domain:              its network was started without the host alias, and slirp4netns cannot add it              live. Nothing was changed. Add the rule to the profile's allow_egress (`--save`)              and restart the domain (`lazaret sandbox down`, then up)"
-        )));
+        return Err(NetError::NeedsRestart);
     }
     let report = apply(podman, sidecar, &policy)?;
     save_live(domain_root, &spec)?;

@@ -346,3 +346,130 @@ fn connect_port(d: &Domain, host: &str, port: u16) -> (bool, String) {
     ));
     (code == 0 && out.contains("OK"), err)
 }
+
+/// An upstream DNS server on this machine's loopback, which the sidecar
+/// reaches as 10.0.2.2:PORT (slirp4netns's alias of the host's loopback):
+/// `ok.lazaret.test` has an address, `gone.lazaret.test` does not exist
+/// (NXDOMAIN), `broken.lazaret.test` fails (SERVFAIL). Returns the port.
+fn loopback_dns() -> u16 {
+    use hickory_proto::op::ResponseCode;
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        common::testnet::serve_udp(&udp, |name, qtype| match (name, qtype) {
+            ("gone.lazaret.test.", _) => (ResponseCode::NXDomain, Vec::new()),
+            ("broken.lazaret.test.", _) => (ResponseCode::ServFail, Vec::new()),
+            ("ok.lazaret.test.", RecordType::A) => (
+                ResponseCode::NoError,
+                vec![Record::from_rdata(
+                    Name::from_ascii(name).unwrap(),
+                    TTL,
+                    RData::A(A(WEB)),
+                )],
+            ),
+            _ => (ResponseCode::NoError, Vec::new()),
+        });
+    });
+    port
+}
+
+/// Issue 27 item 6 (a, b): `net show` lists the allowed names, each with
+/// where it came from (the profile's file and line, or a live `net allow`),
+/// and the lookups of allowed names that failed upstream, with the
+/// upstream's answer (NXDOMAIN, SERVFAIL), a count and the last time;
+/// `net why NAME` says it too. Names are answered by a test DNS server on
+/// this machine's loopback, reached as 10.0.2.2.
+#[test]
+fn allowed_names_and_failed_lookups_are_shown() {
+    let port = loopback_dns();
+    let d = Domain::new("names27");
+    let config = std::fs::read_to_string(d.s.path().join("config.toml")).unwrap();
+    d.s.write(
+        "config.toml",
+        &config.replacen(
+            "default_deny = []\n",
+            &format!("default_deny = []\ndns_upstream = \"10.0.2.2:{port}\"\n"),
+            1,
+        ),
+    );
+    d.add_config(&format!(
+        "[profiles.names27]\nimage = \"{}\"\n\
+         allow_domains = [\"ok.lazaret.test\", \"gone.lazaret.test\", \"broken.lazaret.test\"]\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    d.up();
+    let (ok, out) = net(&d, &["allow", "live.lazaret.test"]);
+    assert!(ok, "{out}");
+
+    // (a) Every allowed name, configured or live, with where it came from.
+    let (ok, show) = net(&d, &["show"]);
+    assert!(ok, "{show}");
+    let config = d.s.path().join("config.toml");
+    for name in [
+        "ok.lazaret.test",
+        "gone.lazaret.test",
+        "broken.lazaret.test",
+    ] {
+        assert!(
+            show.lines().any(|l| l.trim_start().starts_with("allow")
+                && l.contains(name)
+                && l.contains(&format!("profile: {}:", config.display()))),
+            "{name} not listed with its file:\n{show}"
+        );
+    }
+    assert!(
+        show.lines().any(|l| l.contains("live.lazaret.test")
+            && l.contains("live: lazaret net allow, until the domain stops")),
+        "the live name not listed as live:\n{show}"
+    );
+
+    // (b) Lookups that fail upstream, as the agent sees them, then shown.
+    assert_eq!(
+        resolve(&d, "ahostsv4", "ok.lazaret.test"),
+        vec![WEB.to_string()]
+    );
+    assert!(resolve(&d, "ahostsv4", "gone.lazaret.test").is_empty());
+    assert!(resolve(&d, "ahostsv4", "broken.lazaret.test").is_empty());
+    let (_, show) = net(&d, &["show"]);
+    assert!(
+        show.contains("failed lookups of allowed names (the upstream's answer, count, last):"),
+        "{show}"
+    );
+    let failed = |name: &str, answer: &str| {
+        show.lines()
+            .any(|l| l.starts_with(&format!("  {name}  {answer}  ")) && l.contains(" x, last "))
+    };
+    assert!(failed("gone.lazaret.test", "NXDOMAIN"), "{show}");
+    assert!(failed("broken.lazaret.test", "SERVFAIL"), "{show}");
+    assert!(
+        !show.lines().any(|l| l.starts_with("  ok.lazaret.test  ")),
+        "a lookup that worked is listed as failed:\n{show}"
+    );
+    let (_, why) = net(&d, &["why", "gone.lazaret.test"]);
+    assert!(
+        why.contains(&format!(
+            "gone.lazaret.test: allowed, but its lookup failed"
+        )) && why.contains(&format!("the upstream 10.0.2.2:{port} answered NXDOMAIN"))
+            && why.contains("does not exist upstream"),
+        "{why}"
+    );
+    // The JSON report carries them for scripts.
+    let (_, json) = net(&d, &["show", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let answers: Vec<(&str, &str)> = report["failed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no failed lookups in the JSON: {json}"))
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap(), f["answer"].as_str().unwrap()))
+        .collect();
+    assert!(
+        answers.contains(&("gone.lazaret.test", "NXDOMAIN")),
+        "{json}"
+    );
+    assert!(
+        answers.contains(&("broken.lazaret.test", "SERVFAIL")),
+        "{json}"
+    );
+    d.down();
+    d.assert_gone();
+}

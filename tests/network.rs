@@ -180,3 +180,159 @@ fn everything_is_denied_by_default() {
     d.down();
     d.assert_gone();
 }
+
+/// `lazaret net ARGS` for `d`'s profile, with `path_var`: (exit code,
+/// stdout, stderr).
+fn net_run(d: &Domain, path_var: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["net"];
+    all.extend_from_slice(args);
+    let out = d.cmd(path_var, &all).output().unwrap();
+    let (o, e) = text(&out);
+    (out.status.code(), o, e)
+}
+
+/// What a person reads: no run of spaces inside a sentence (a lost `\` at
+/// the end of a string's line puts the next line's indentation in it).
+fn assert_no_space_runs(said: &str) {
+    for line in said.lines() {
+        assert!(
+            !line.trim().contains("   "),
+            "a run of spaces inside: {line:?}"
+        );
+    }
+}
+
+/// The profile's saved `allow_egress` in the workspace's lazaret.toml.
+fn saved_allow_egress(d: &Domain) -> Vec<String> {
+    let saved = std::fs::read_to_string(d.ws().join("lazaret.toml")).unwrap_or_default();
+    let parsed: toml::Table = saved.parse().unwrap();
+    parsed
+        .get("profiles")
+        .and_then(|p| p.get(d.profile))
+        .and_then(|p| p.get("allow_egress"))
+        .and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 27 item 6 (c): opening the host's loopback in a domain whose
+/// network started without it. With `--save` the rule is saved, and the
+/// message says so and when it takes effect (the next start), exit 0;
+/// without, it is refused once with "Nothing was changed", exit 1. No run
+/// of spaces in either. After a restart the saved rule is in force.
+#[test]
+fn saving_what_needs_a_restart_says_when_it_takes_effect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let d = Domain::new("gv");
+    d.up();
+    let (code, o, e) = net_run(&d, STANDARD_PATH, &["allow", "10.0.2.2"]);
+    let said = format!("{o}{e}");
+    assert_eq!(code, Some(1), "{said}");
+    assert_eq!(said.matches("Nothing was changed").count(), 1, "{said}");
+    assert!(
+        said.contains("--save") && said.contains("lazaret down"),
+        "{said}"
+    );
+    assert_no_space_runs(&said);
+    assert!(saved_allow_egress(&d).is_empty());
+
+    let (code, o, e) = net_run(&d, STANDARD_PATH, &["allow", "10.0.2.2", "--save"]);
+    let said = format!("{o}{e}");
+    assert_eq!(code, Some(0), "{said}");
+    let file = d.ws().join("lazaret.toml");
+    assert!(
+        o.contains(&format!(
+            "saved 10.0.2.2/32 to {} (profiles.gv.allow_egress); it takes effect at the next start, not now",
+            file.display()
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("Nothing was changed"), "{said}");
+    assert!(!said.contains("lazaret: "), "no error after saving: {said}");
+    assert_no_space_runs(&said);
+    assert_eq!(saved_allow_egress(&d), vec!["10.0.2.2/32"]);
+    // Not live: the running domain still denies it.
+    assert_denied_at_once(&d, "10.0.2.2", port);
+
+    // The next start takes it.
+    d.down();
+    d.up();
+    let why = net(&d, &["why", "10.0.2.2"]);
+    assert!(why.contains("allowed by"), "{why}");
+    let (ok, _, err) = connect(&d, "10.0.2.2", port);
+    assert!(ok, "saved, restarted, but not reached: {err}");
+    d.down();
+    d.assert_gone();
+}
+
+/// Issue 27 item 6 (d): with the domain down, `--save` is a file edit that
+/// works and says when it takes effect; without `--save`, and for `net
+/// show`, the refusal says the domain is not running and what to do, in a
+/// sentence of Lazaret's (no podman error); nothing of the domain is made.
+/// A podman that fails is reported as what failed and what to do.
+#[test]
+fn saving_works_while_the_domain_is_down() {
+    let d = Domain::new("gv");
+    let ws = d.ws();
+    let down = format!(
+        "the domain of profile gv for {} is not running",
+        ws.display()
+    );
+    let (code, o, e) = net_run(&d, STANDARD_PATH, &["allow", "192.0.2.0/24", "--save"]);
+    let said = format!("{o}{e}");
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        o.contains(&format!(
+            "saved 192.0.2.0/24 to {} (profiles.gv.allow_egress); {down}: it takes effect at the next start",
+            ws.join("lazaret.toml").display()
+        )),
+        "{said}"
+    );
+    assert!(!said.to_lowercase().contains("podman"), "{said}");
+    assert_eq!(saved_allow_egress(&d), vec!["192.0.2.0/24"]);
+
+    for args in [&["allow", "192.0.2.7"][..], &["show"][..]] {
+        let (code, o, e) = net_run(&d, STANDARD_PATH, args);
+        let said = format!("{o}{e}");
+        assert_eq!(code, Some(1), "{args:?}: {said}");
+        assert!(e.contains(&down), "{args:?}: {said}");
+        assert!(!said.to_lowercase().contains("podman"), "{args:?}: {said}");
+        assert_no_space_runs(&said);
+    }
+    let (_, _, e) = net_run(&d, STANDARD_PATH, &["allow", "192.0.2.7"]);
+    assert!(e.contains("`--save`"), "{e}");
+    assert_eq!(saved_allow_egress(&d), vec!["192.0.2.0/24"]);
+    assert!(
+        !d.domain_root().exists(),
+        "a domain folder was made for a domain that is down"
+    );
+
+    // A podman that fails: what failed and what to do, nothing saved.
+    let bin = d.s.mkdir("fakebin");
+    let podman = d.s.write(
+        "fakebin/podman",
+        "#!/bin/sh\necho 'Error: the test podman fails' >&2\nexit 125\n",
+    );
+    std::fs::set_permissions(&podman, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{STANDARD_PATH}", bin.display());
+    let (code, o, e) = net_run(&d, &path, &["allow", "192.0.2.8", "--save"]);
+    let said = format!("{o}{e}");
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        e.contains(&format!(
+            "podman could not reach the Network Sidecar {} (Error: the test podman fails); check the domain with `lazaret status` and podman with `lazaret doctor`. Nothing was changed or saved",
+            d.sidecar()
+        )),
+        "{said}"
+    );
+    assert!(
+        !e.contains("failed (exit status"),
+        "podman's raw error: {said}"
+    );
+    assert_eq!(saved_allow_egress(&d), vec!["192.0.2.0/24"]);
+}

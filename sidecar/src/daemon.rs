@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use lazaret_sidecar::control::{Request, Response};
-use lazaret_sidecar::names::{self, now_unix};
+use lazaret_sidecar::names::{NameLog, now_unix};
 use lazaret_sidecar::policy::{NameRoute, Policy, Verdict};
-use lazaret_sidecar::report::{NameEntry, RefusedName, TableReport};
+use lazaret_sidecar::report::{FailedLookup, NameEntry, RefusedName, TableReport};
 use nix::sys::signal::SigSet;
 
 use crate::error::{Context, Error, Result};
@@ -30,6 +30,9 @@ pub const UPSTREAM_MARK: u32 = 0x4c5a;
 pub const UPSTREAM_RULE_PRIORITY: u32 = 9_000;
 /// How many refused names are remembered (the agent chooses them).
 const REFUSED_KEPT: usize = 256;
+/// How many allowed names whose lookup failed are remembered (under a
+/// wildcard the agent chooses them too).
+const FAILED_KEPT: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -79,7 +82,9 @@ pub struct State {
     policy: Policy,
     gateway_wait: Duration,
     opened: BTreeMap<IpAddr, Opened>,
-    refused: BTreeMap<String, (u64, u64)>,
+    refused: NameLog<()>,
+    /// Allowed names whose lookup failed, with the upstream's last answer.
+    failed: NameLog<String>,
     pub settings: Settings,
 }
 
@@ -123,17 +128,27 @@ impl State {
                 held: o.held,
             })
             .collect();
-        let mut refused: Vec<RefusedName> = self
+        report.refused = self
             .refused
-            .iter()
-            .map(|(name, (count, last))| RefusedName {
-                name: name.clone(),
-                count: *count,
-                last: *last,
+            .recent()
+            .into_iter()
+            .map(|(name, e)| RefusedName {
+                name: name.to_string(),
+                count: e.count,
+                last: e.last,
             })
             .collect();
-        refused.sort_by_key(|r| std::cmp::Reverse(r.last));
-        report.refused = refused;
+        report.failed = self
+            .failed
+            .recent()
+            .into_iter()
+            .map(|(name, e)| FailedLookup {
+                name: name.to_string(),
+                answer: e.note.clone(),
+                count: e.count,
+                last: e.last,
+            })
+            .collect();
         report.resolver =
             (!self.settings.resolver.is_empty()).then(|| self.settings.upstream.to_string());
         report.explain(&self.policy);
@@ -176,19 +191,13 @@ impl State {
     }
 
     pub fn refuse(&mut self, name: &str) {
-        let now = now_unix();
-        let entry = self.refused.entry(names::escape(name)).or_insert((0, now));
-        entry.0 += 1;
-        entry.1 = now;
-        if self.refused.len() > REFUSED_KEPT
-            && let Some(oldest) = self
-                .refused
-                .iter()
-                .min_by_key(|(_, (_, last))| *last)
-                .map(|(n, _)| n.clone())
-        {
-            self.refused.remove(&oldest);
-        }
+        self.refused.record(name, now_unix(), ());
+    }
+
+    /// An allowed name's lookup failed: `answer` is what the upstream said
+    /// (or why there was no usable answer).
+    pub fn failed(&mut self, name: &str, answer: String) {
+        self.failed.record(name, now_unix(), answer);
     }
 
     /// Opens `answers` (address, TTL) of `name` before the answer goes back;
@@ -348,7 +357,8 @@ pub fn run(
         policy,
         gateway_wait,
         opened: BTreeMap::new(),
-        refused: BTreeMap::new(),
+        refused: NameLog::new(REFUSED_KEPT),
+        failed: NameLog::new(FAILED_KEPT),
         settings: settings.clone(),
     };
     let mut report = state.sync()?;

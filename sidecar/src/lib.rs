@@ -31,4 +31,7 @@ pub use policy::{
     BuiltIn, Decision, Family, NameRoute, Policy, PolicyError, PolicySpec, Rule, Source, SpecRule,
     Verdict,
 };
-pub use report::{Gateway, LiveEntry, NameEntry, NftChain, RefusedName, RouterReport, TableReport};
+pub use report::{
+    FailedLookup, Gateway, LiveEntry, NameEntry, NameRule, NftChain, RefusedName, RouterReport,
+    TableReport,
+};

@@ -289,6 +289,84 @@ pub fn escape(raw: &str) -> String {
     out
 }
 
+/// Names the resolver remembers (refused ones, failed lookups), each with
+/// how often and when last, and what it last noted of it. The agent
+/// chooses the names, so the log is bounded: past `cap` names, the one seen
+/// longest ago goes. Names are kept [`escape`]d.
+#[derive(Debug, Clone)]
+pub struct NameLog<T> {
+    cap: usize,
+    entries: std::collections::BTreeMap<String, Logged<T>>,
+}
+
+/// One name of a [`NameLog`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged<T> {
+    pub count: u64,
+    /// Seconds since the Unix epoch.
+    pub last: u64,
+    /// What was noted the last time.
+    pub note: T,
+}
+
+impl<T> NameLog<T> {
+    pub fn new(cap: usize) -> NameLog<T> {
+        NameLog {
+            cap,
+            entries: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Counts `name` once more at `now`, noting `note`.
+    pub fn record(&mut self, name: &str, now: u64, note: T) {
+        let name = escape(name);
+        match self.entries.get_mut(&name) {
+            Some(e) => {
+                e.count += 1;
+                e.last = e.last.max(now);
+                e.note = note;
+            }
+            None => {
+                self.entries.insert(
+                    name,
+                    Logged {
+                        count: 1,
+                        last: now,
+                        note,
+                    },
+                );
+            }
+        }
+        while self.entries.len() > self.cap {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last)
+                .map(|(n, _)| n.clone())
+            else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+    }
+
+    /// The names, most recent first.
+    pub fn recent(&self) -> Vec<(&str, &Logged<T>)> {
+        let mut v: Vec<(&str, &Logged<T>)> =
+            self.entries.iter().map(|(n, e)| (n.as_str(), e)).collect();
+        v.sort_by_key(|(_, e)| std::cmp::Reverse(e.last));
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 /// Now, in seconds since the Unix epoch.
 pub fn now_unix() -> u64 {
     std::time::SystemTime::now()
@@ -341,6 +419,49 @@ mod tests {
         }
         let long = format!("{}.com", "a".repeat(64));
         assert!(NamePattern::parse(&long).unwrap_err().contains("63"));
+    }
+
+    #[test]
+    fn name_log_counts_and_keeps_the_latest_note() {
+        let mut log = NameLog::new(4);
+        log.record("a.test", 10, "NXDOMAIN");
+        log.record("b.test", 11, "SERVFAIL");
+        log.record("a.test", 12, "SERVFAIL");
+        let recent = log.recent();
+        assert_eq!(recent.len(), 2);
+        assert_eq!(recent[0].0, "a.test");
+        assert_eq!(
+            *recent[0].1,
+            Logged {
+                count: 2,
+                last: 12,
+                note: "SERVFAIL"
+            }
+        );
+        assert_eq!(recent[1].0, "b.test");
+    }
+
+    #[test]
+    fn name_log_is_bounded_and_drops_the_oldest() {
+        let mut log = NameLog::new(3);
+        for i in 0..100u64 {
+            log.record(&format!("n{i}.test"), 1000 + i, ());
+            assert!(log.len() <= 3, "{} names kept", log.len());
+        }
+        let names: Vec<&str> = log.recent().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, vec!["n99.test", "n98.test", "n97.test"]);
+        // A name asked again stays; the one seen longest ago goes.
+        log.record("n97.test", 2000, ());
+        log.record("new.test", 2001, ());
+        let names: Vec<&str> = log.recent().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, vec!["new.test", "n97.test", "n99.test"]);
+    }
+
+    #[test]
+    fn name_log_escapes_what_the_agent_chose() {
+        let mut log = NameLog::new(2);
+        log.record("a\u{1b}[2J.test", 1, ());
+        assert_eq!(log.recent()[0].0, "a\\x1b[2J.test");
     }
 
     #[test]

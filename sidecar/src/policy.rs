@@ -591,7 +591,8 @@ impl Policy {
             (Verdict::Allow, _) => NameRoute::AlreadyAllowed,
             (Verdict::Deny, Source::NoRule) => match crate::names::never_by_name(d.judged_as) {
                 Some(range) => NameRoute::Denied(format!(
-                    "{range}: a name never opens loopback, private, link-local or multicast                      space (DNS rebinding); a CIDR rule can"
+                    "{range}: a name never opens loopback, private, link-local or multicast \
+                     space (DNS rebinding); a CIDR rule can"
                 )),
                 None => NameRoute::Open(IpNet::from(d.judged_as)),
             },

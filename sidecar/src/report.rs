@@ -62,6 +62,75 @@ pub struct RefusedName {
     pub last: u64,
 }
 
+/// A lookup of an allowed name that the agent got an error for: the
+/// upstream answered an error code, did not answer, or its addresses could
+/// not be opened. How often, when last, and the last answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedLookup {
+    pub name: String,
+    /// `NXDOMAIN`, `SERVFAIL`, `REFUSED`, ... as the upstream answered;
+    /// `no answer: ...` when it did not; `not opened: ...` when the
+    /// sidecar could not open the answered addresses (the agent got
+    /// SERVFAIL).
+    pub answer: String,
+    pub count: u64,
+    /// Seconds since the Unix epoch.
+    pub last: u64,
+}
+
+impl FailedLookup {
+    /// What the answer means for the user, and what to do.
+    pub fn meaning(&self) -> &'static str {
+        match self.answer.split(':').next().unwrap_or_default() {
+            "NXDOMAIN" => "the name does not exist upstream (misspelt, or gone)",
+            "SERVFAIL" => {
+                "the upstream could not resolve it (its servers failed or are unreachable)"
+            }
+            "REFUSED" => "the upstream refused to resolve it",
+            "no answer" => {
+                "the upstream did not answer (check `dns_upstream` and the host's network)"
+            }
+            "not opened" => {
+                "the sidecar could not open the answered addresses (see `lazaret logs`)"
+            }
+            _ => "the upstream answered an error",
+        }
+    }
+}
+
+/// A name pattern of the policy in force: the resolver answers names an
+/// allow pattern names and no deny pattern does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameRule {
+    pub pattern: String,
+    pub verdict: Verdict,
+    /// Where it was written (`file:line:col`), or `... (live)` for a
+    /// change made while the domain runs (`lazaret net allow|deny`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+impl NameRule {
+    /// Whether it was added while the domain runs (gone when it stops).
+    pub fn is_live(&self) -> bool {
+        self.origin
+            .as_deref()
+            .is_some_and(|o| o.ends_with("(live)"))
+    }
+
+    /// Where it came from, for a person: the configuration or a live change.
+    pub fn came_from(&self) -> String {
+        match &self.origin {
+            Some(o) if self.is_live() => format!(
+                "live: {}, until the domain stops",
+                o.trim_end_matches("(live)").trim_end()
+            ),
+            Some(o) => format!("profile: {o}"),
+            None => "profile".to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableReport {
     pub gateway_table: u32,
@@ -82,6 +151,13 @@ pub struct TableReport {
     /// Names the resolver refused, most recent first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<RefusedName>,
+    /// Allowed names whose lookup failed upstream, most recent first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedLookup>,
+    /// The policy's name patterns (allow, then deny), with where each was
+    /// written; filled by [`TableReport::explain`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub name_rules: Vec<NameRule>,
     /// The resolver's upstream, when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolver: Option<String>,
@@ -190,6 +266,18 @@ impl TableReport {
                 })
             })
             .collect();
+        let spec = policy.spec();
+        self.name_rules = spec
+            .allow_domains
+            .iter()
+            .map(|n| (n, Verdict::Allow))
+            .chain(spec.deny_domains.iter().map(|n| (n, Verdict::Deny)))
+            .map(|(n, verdict)| NameRule {
+                pattern: n.pattern.to_string(),
+                verdict,
+                origin: n.origin.clone(),
+            })
+            .collect();
         for (entry, name) in self.entries.iter_mut().zip(names) {
             entry.source = if entry.rule.is_floor() {
                 None
@@ -243,6 +331,27 @@ impl fmt::Display for TableReport {
         }
         if let Some(upstream) = &self.resolver {
             writeln!(f, "resolver: allowed names are forwarded to {upstream}")?;
+            if !self.name_rules.iter().any(|n| n.verdict == Verdict::Allow) {
+                writeln!(
+                    f,
+                    "names: none allowed: every name is refused (`lazaret net allow NAME`)"
+                )?;
+            }
+        }
+        if !self.name_rules.is_empty() {
+            writeln!(
+                f,
+                "names (an allowed name is resolved; any other is refused):"
+            )?;
+            for n in &self.name_rules {
+                writeln!(
+                    f,
+                    "  {:<5}  {:<20}  {}",
+                    n.verdict,
+                    n.pattern,
+                    n.came_from()
+                )?;
+            }
         }
         if !self.names.is_empty() {
             writeln!(f, "opened by name (until, or while a connection is open):")?;
@@ -270,6 +379,23 @@ impl fmt::Display for TableReport {
                     crate::names::escape(&r.name),
                     r.count,
                     crate::names::clock(r.last)
+                )?;
+            }
+        }
+        if !self.failed.is_empty() {
+            writeln!(
+                f,
+                "failed lookups of allowed names (the upstream's answer, count, last):"
+            )?;
+            for l in &self.failed {
+                writeln!(
+                    f,
+                    "  {}  {}  {} x, last {}: {}",
+                    crate::names::escape(&l.name),
+                    l.answer,
+                    l.count,
+                    crate::names::clock(l.last),
+                    l.meaning()
                 )?;
             }
         }
@@ -320,5 +446,52 @@ impl fmt::Display for RouterReport {
             writeln!(f, "  problem: {p}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report from a sidecar built before failed lookups and name rules
+    /// were reported still reads, and a new one reads back the same.
+    #[test]
+    fn failed_lookups_and_name_rules_are_optional_in_json() {
+        let old: TableReport = serde_json::from_str(
+            r#"{"gateway_table":200,"gateways":[],"entries":[],"refused":[{"name":"x.test","count":2,"last":5}]}"#,
+        )
+        .unwrap();
+        assert!(old.failed.is_empty() && old.name_rules.is_empty());
+        let new = TableReport {
+            failed: vec![FailedLookup {
+                name: "gone.lazaret.test".into(),
+                answer: "NXDOMAIN".into(),
+                count: 3,
+                last: 1_796_106_605,
+            }],
+            name_rules: vec![NameRule {
+                pattern: "*.lazaret.test".into(),
+                verdict: Verdict::Allow,
+                origin: Some("lazaret net allow (live)".into()),
+            }],
+            resolver: Some("10.0.2.2:5353".into()),
+            ..old
+        };
+        let json = serde_json::to_string(&new).unwrap();
+        assert_eq!(serde_json::from_str::<TableReport>(&json).unwrap(), new);
+        let text = new.to_string();
+        assert!(
+            text.contains(
+                "  gone.lazaret.test  NXDOMAIN  3 x, last 2026-12-01 06:30:05 UTC: the name does not exist upstream"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  allow  *.lazaret.test        live: lazaret net allow, until the domain stops"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("none allowed"), "{text}");
     }
 }

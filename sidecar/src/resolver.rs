@@ -332,11 +332,14 @@ fn decide(query: &Message, shared: &Shared) -> Message {
                 "lazaret-sidecar: {}: the upstream {upstream} did not answer: {e}",
                 names::escape(&name)
             );
+            lock(shared).failed(&name, format!("no answer: {e}"));
             return reply(query, ResponseCode::ServFail);
         }
     };
     let code = upstream_answer.metadata.response_code;
     if code != ResponseCode::NoError {
+        // The agent sees ENOTFOUND or EAI_AGAIN; the user sees why here.
+        lock(shared).failed(&name, code_name(code));
         return reply(query, code);
     }
     let (records, addresses) = chain(q, &upstream_answer.answers);
@@ -356,6 +359,7 @@ fn decide(query: &Message, shared: &Shared) -> Message {
                 "lazaret-sidecar: {}: cannot open the answered addresses: {e}",
                 names::escape(&name)
             );
+            lock(shared).failed(&name, format!("not opened: {e}"));
             return reply(query, ResponseCode::ServFail);
         }
     };
@@ -373,6 +377,18 @@ fn decide(query: &Message, shared: &Shared) -> Message {
         m.edns = Some(edns);
     }
     m
+}
+
+/// An answer code by its usual name (as `dig` prints it).
+fn code_name(code: ResponseCode) -> String {
+    match code {
+        ResponseCode::FormErr => "FORMERR".into(),
+        ResponseCode::ServFail => "SERVFAIL".into(),
+        ResponseCode::NXDomain => "NXDOMAIN".into(),
+        ResponseCode::NotImp => "NOTIMP".into(),
+        ResponseCode::Refused => "REFUSED".into(),
+        other => format!("RCODE{} ({})", u16::from(other), other.to_str()),
+    }
 }
 
 /// The records of the answer that belong to the asked name: the CNAME chain
@@ -542,5 +558,13 @@ mod tests {
         let (records, addrs) = chain(&q, &answers);
         assert_eq!(records.len(), 2);
         assert_eq!(addrs, vec![(IpAddr::from([198, 51, 100, 7]), 60)]);
+    }
+
+    #[test]
+    fn answer_codes_read_as_dig_prints_them() {
+        assert_eq!(code_name(ResponseCode::NXDomain), "NXDOMAIN");
+        assert_eq!(code_name(ResponseCode::ServFail), "SERVFAIL");
+        assert_eq!(code_name(ResponseCode::Refused), "REFUSED");
+        assert!(code_name(ResponseCode::NotAuth).starts_with("RCODE9 "));
     }
 }

@@ -165,6 +165,18 @@ impl Drop for TestNet {
 }
 
 fn serve_dns(udp: &UdpSocket, queries: &Mutex<HashMap<String, u32>>, zone: Zone) {
+    serve_udp(udp, |name, qtype| {
+        *queries.lock().unwrap().entry(name.to_string()).or_default() += 1;
+        (ResponseCode::NoError, zone(name, qtype))
+    });
+}
+
+/// Answers the DNS queries that reach `udp` with `answer(name, type)`: the
+/// answer code and records (the name in lower case, with the final dot).
+pub fn serve_udp(
+    udp: &UdpSocket,
+    mut answer: impl FnMut(&str, RecordType) -> (ResponseCode, Vec<Record>),
+) {
     let mut buf = [0u8; 2048];
     while let Ok((n, peer)) = udp.recv_from(&mut buf) {
         let Ok(q) = Message::from_vec(&buf[..n]) else {
@@ -174,13 +186,11 @@ fn serve_dns(udp: &UdpSocket, queries: &Mutex<HashMap<String, u32>>, zone: Zone)
             continue;
         };
         let name = query.name().to_ascii().to_ascii_lowercase();
-        *queries.lock().unwrap().entry(name.clone()).or_default() += 1;
         let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
         r.metadata.recursion_desired = q.metadata.recursion_desired;
         r.metadata.recursion_available = true;
-        r.metadata.response_code = ResponseCode::NoError;
         r.queries = q.queries.clone();
-        r.answers = zone(&name, query.query_type());
+        (r.metadata.response_code, r.answers) = answer(&name, query.query_type());
         let _ = udp.send_to(&r.to_vec().unwrap(), peer);
     }
 }
