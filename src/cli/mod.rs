@@ -245,7 +245,9 @@ enum ImageCommand {
         tag: Option<String>,
         /// Build an agent's image instead (claude, codex, aider): its recipe
         /// from assets/agents/NAME, FROM the base image, with podman build.
-        /// Tagged localhost/lazaret/agent-NAME:VERSION and :latest.
+        /// Tagged localhost/lazaret/agent-NAME:VERSION and :latest. Prints
+        /// one line per step; podman's output goes to a log in
+        /// ~/.local/state/lazaret/logs, whose path it prints.
         #[arg(long)]
         agent: Option<String>,
         /// With --agent: the agent version to install (default: the newest).
@@ -253,7 +255,8 @@ enum ImageCommand {
         agent_version: String,
     },
     /// Remove Lazaret's images (localhost/lazaret/...) that no profile, no
-    /// container and not the current Network Sidecar uses.
+    /// container and not the current Network Sidecar uses, and the untagged
+    /// images Lazaret's builds left (told by Lazaret's labels).
     Prune {
         /// Only print what would be removed.
         #[arg(long)]
@@ -261,7 +264,8 @@ enum ImageCommand {
         /// Only these repositories (e.g. localhost/lazaret/trixie).
         repositories: Vec<String>,
     },
-    /// List Lazaret's images: base, agent (with its version) and sidecar.
+    /// List Lazaret's images: base, agent (with its version) and sidecar,
+    /// and the untagged ones Lazaret's builds left.
     List {
         /// Print JSON.
         #[arg(long)]
@@ -958,20 +962,48 @@ fn image_build_agent(
         base: format!("{}/{release}:latest", images::BASE_REPOSITORY),
         version,
     };
-    let started = std::time::Instant::now();
+    let log = agent_build_log(env, &scratch, &req.agent);
     eprintln!(
-        "building the {} agent image from {} (rootless podman build)",
-        req.agent, req.base
+        "lazaret: building the {} agent image from {} (rootless podman build, a few minutes); one line per step of its recipe, podman's whole output in {}",
+        req.agent,
+        req.base,
+        log.display()
     );
-    let built = build_agent_image(&Podman::default(), &req, &scratch, &mut |line| {
-        eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
-    })
-    .context("agent image build failed")?;
+    let mut step = crate::client::session::step_printer();
+    let built = build_agent_image(&Podman::default(), &req, &scratch, &log, &mut step)
+        .context("agent image build failed")?;
     println!("built     {}", built.tags.join(", "));
     println!("agent     {} {}", req.agent, built.version);
     println!("size      {:.1} MiB", built.size_bytes as f64 / 1048576.0);
     println!("time      {:.1} s", built.build_time.as_secs_f64());
+    println!("log       {}", log.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where an agent image build writes podman's output: the user's state
+/// folder (`$XDG_STATE_HOME/lazaret/logs`, or `~/.local/state/...`), one
+/// file per agent, replaced by the next build; `scratch` without a home.
+fn agent_build_log(env: &dyn HostEnv, scratch: &Path, agent: &str) -> PathBuf {
+    let state = env
+        .var("XDG_STATE_HOME")
+        .filter(|v| v.starts_with('/'))
+        .map(PathBuf::from)
+        .or_else(|| env.home().map(|h| h.join(".local/state")));
+    let dir = match state {
+        Some(s) => s.join("lazaret/logs"),
+        None => scratch.to_path_buf(),
+    };
+    let name: String = agent
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("image-build-agent-{name}.log"))
 }
 
 fn image_list(json: bool) -> Result<ExitCode> {
@@ -987,6 +1019,8 @@ fn image_list(json: bool) -> Result<ExitCode> {
                     "version": r.version(),
                     "created": r.created,
                     "size": r.size,
+                    "dangling": r.dangling(),
+                    "was": r.was(),
                 })
             })
             .collect();
@@ -1002,6 +1036,7 @@ fn image_list(json: bool) -> Result<ExitCode> {
         "{:<48} {:<8} {:<12} {:>8} {:>10}",
         "IMAGE", "AGENT", "VERSION", "AGE", "SIZE"
     );
+    let untagged = rows.iter().filter(|r| r.dangling()).count();
     for row in rows {
         let name = row
             .names
@@ -1009,7 +1044,13 @@ fn image_list(json: bool) -> Result<ExitCode> {
             .find(|n| !n.ends_with(":latest"))
             .or(row.names.first())
             .cloned()
-            .unwrap_or_else(|| row.id.chars().take(12).collect());
+            .unwrap_or_else(|| {
+                let id: String = row.id.chars().take(12).collect();
+                match row.repository() {
+                    Some(repo) => format!("<untagged {id}> {repo}"),
+                    None => format!("<untagged {id}>"),
+                }
+            });
         let age = (now - row.created).max(0);
         let age = if age < 3600 {
             format!("{}m", age / 60)
@@ -1026,6 +1067,12 @@ fn image_list(json: bool) -> Result<ExitCode> {
             row.version().unwrap_or_else(|| "-".into()),
             age,
             row.size as f64 / 1e6
+        );
+    }
+    if untagged > 0 {
+        let _ = writeln!(
+            out,
+            "{untagged} untagged: left by an earlier build (a rebuilt tag, or a build that stopped); `lazaret image prune` removes them"
         );
     }
     print_out(&out)
@@ -1108,7 +1155,19 @@ fn image_prune(
     let in_use = images::images_in_use(&podman, &keep)?;
     let all = images::local_images(&podman)?;
     let doomed = images::prune_candidates(&all, &in_use, repositories);
-    if doomed.is_empty() {
+    // Untagged images Lazaret left (by its labels only), nothing runs.
+    let untagged: Vec<images::ImageRow> = images::list_images(&podman)
+        .context("cannot list images")?
+        .into_iter()
+        .filter(|r| r.dangling())
+        .filter(|r| !in_use.iter().any(|u| r.id.starts_with(u.as_str())))
+        .filter(|r| {
+            repositories.is_empty()
+                || r.repository()
+                    .is_some_and(|repo| repositories.contains(&repo))
+        })
+        .collect();
+    if doomed.is_empty() && untagged.is_empty() {
         println!("nothing to prune");
     }
     for i in &doomed {
@@ -1121,6 +1180,21 @@ fn image_prune(
             .run(["rmi", &i.name])
             .with_context(|| format!("cannot remove {}", i.name))?;
         println!("removed {}", i.name);
+    }
+    for r in &untagged {
+        let id: String = r.id.chars().take(12).collect();
+        let what = match r.was() {
+            Some(was) => format!("untagged {id} (was {was})"),
+            None => format!("untagged {id}"),
+        };
+        if dry_run {
+            println!("would remove {what}");
+            continue;
+        }
+        podman
+            .run(["rmi", &r.id])
+            .with_context(|| format!("cannot remove {what}"))?;
+        println!("removed {what}");
     }
     Ok(ExitCode::SUCCESS)
 }

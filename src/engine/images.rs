@@ -67,13 +67,18 @@ pub enum ImageError {
     )]
     NoBase(String),
     #[error(
-        "building the {agent} image failed ({status}); podman's last lines:\n{tail}\nCheck that the package registries are reachable from this machine (proxy variables and the CA bundle in /etc/ssl/certs are passed to the build)"
+        "building the {agent} image failed ({status}); podman's last lines:\n{tail}\nThe whole build's output is in {log}. Check that the package registries are reachable from this machine (proxy variables and the CA bundle in /etc/ssl/certs are passed to the build)"
     )]
     AgentBuild {
         agent: String,
         status: String,
         tail: String,
+        log: String,
     },
+    #[error(
+        "{path} cannot be read ({error}); with LAZARET_AGENT_RECIPES set, a recipe is read from FOLDER/NAME/Containerfile"
+    )]
+    Recipe { path: String, error: std::io::Error },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ImageError {
@@ -298,20 +303,102 @@ pub struct BuiltAgentImage {
     pub build_time: Duration,
 }
 
+/// Names a folder of recipes (`NAME/Containerfile`) read instead of the
+/// built-in ones: to try a recipe without building Lazaret again.
+pub const RECIPES_ENV: &str = "LAZARET_AGENT_RECIPES";
+
+/// An agent's recipe: its name, its Containerfile and the digest the
+/// image's `lazaret.recipe` label carries.
+struct Recipe {
+    name: String,
+    containerfile: String,
+    digest: String,
+}
+
+/// The recipe of `agent`: from [`RECIPES_ENV`]'s folder when that is set
+/// and holds one, else the built-in one.
+fn recipe_for(agent: &str) -> Result<Recipe, ImageError> {
+    if let Some(dir) = std::env::var_os(RECIPES_ENV).filter(|d| !d.is_empty())
+        && !agent.contains('/')
+    {
+        let path = Path::new(&dir).join(agent).join("Containerfile");
+        if path.exists() || agent_recipe(agent).is_none() {
+            let containerfile =
+                std::fs::read_to_string(&path).map_err(|error| ImageError::Recipe {
+                    path: path.display().to_string(),
+                    error,
+                })?;
+            let mut h = Sha256::new();
+            h.update(containerfile.as_bytes());
+            h.update([0]);
+            h.update(AGENT_INSTRUCTIONS.as_bytes());
+            return Ok(Recipe {
+                name: agent.to_string(),
+                containerfile,
+                digest: hex::encode(&h.finalize()[..8]),
+            });
+        }
+    }
+    let recipe = agent_recipe(agent).ok_or_else(|| ImageError::UnknownAgent {
+        agent: agent.to_string(),
+        known: agent_names().join(", "),
+    })?;
+    Ok(Recipe {
+        name: recipe.name.to_string(),
+        containerfile: recipe.containerfile.to_string(),
+        digest: agent_recipe_digest(recipe.name).unwrap_or_default(),
+    })
+}
+
+/// A line of `podman build` that starts a step of the recipe
+/// (`STEP 3/9: RUN ...`, `[1/2] STEP 2/4: ...` in a multi-stage build) or
+/// the writing of the image (`COMMIT name`, which takes a while for a big
+/// one), on one line with its runs of spaces folded and cut to `width`
+/// characters; `None` for the rest of the output.
+pub fn build_step(line: &str, width: usize) -> Option<String> {
+    let rest = match line.strip_prefix('[') {
+        Some(r) => r.split_once("] ")?.1,
+        None => line,
+    };
+    if let Some(name) = rest.strip_prefix("COMMIT ") {
+        return Some(format!("COMMIT {}: writing the image", name.trim()));
+    }
+    let number = rest.strip_prefix("STEP ")?.split_once(':')?.0;
+    if !number
+        .split('/')
+        .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    let folded = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(if folded.chars().count() > width {
+        let mut cut: String = folded.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    } else {
+        folded
+    })
+}
+
 /// Builds an agent image rootless with `podman build`, on the build's own
 /// network. The host's CA bundle is mounted as a build secret (never in a
 /// layer) and podman passes the host's proxy variables to the build's RUN
 /// steps only; neither ends up in the image.
+///
+/// Every line podman prints goes to `log` (made private); `step` gets the
+/// lines that start a step of the recipe. The build keeps no layer cache
+/// (`--layers=false`): a multi-stage recipe's build stage leaves no
+/// untagged image behind, and a rebuild installs the newest agent rather
+/// than a cached one. The image the tags leave (the previous build) is
+/// removed when nothing else names or runs it.
 pub fn build_agent_image(
     podman: &Podman,
     req: &AgentImageRequest,
     scratch: &Path,
-    progress: &mut dyn FnMut(&str),
+    log: &Path,
+    step: &mut dyn FnMut(&str),
 ) -> Result<BuiltAgentImage, ImageError> {
-    let recipe = agent_recipe(&req.agent).ok_or_else(|| ImageError::UnknownAgent {
-        agent: req.agent.clone(),
-        known: agent_names().join(", "),
-    })?;
+    let recipe = recipe_for(&req.agent)?;
     if !podman.image_exists(&req.base)? {
         return Err(ImageError::NoBase(req.base.clone()));
     }
@@ -321,7 +408,7 @@ pub fn build_agent_image(
         .tempdir_in(scratch)
         .map_err(io("cannot create a temporary folder"))?;
     let ctx = dir.path();
-    std::fs::write(ctx.join("Containerfile"), recipe.containerfile)
+    std::fs::write(ctx.join("Containerfile"), &recipe.containerfile)
         .map_err(io("cannot write the Containerfile"))?;
     std::fs::write(ctx.join("instructions.md"), AGENT_INSTRUCTIONS)
         .map_err(io("cannot write the instruction file"))?;
@@ -330,20 +417,18 @@ pub fn build_agent_image(
     let bundle = std::fs::read(HOST_CA_BUNDLE).unwrap_or_default();
     std::fs::write(&ca, bundle).map_err(io("cannot copy the host's CA bundle"))?;
 
+    let mut log_file = open_log(log)?;
     let build_tag = format!("{AGENT_REPOSITORY}{}:build", recipe.name);
     let started = Instant::now();
     let mut child = Command::new(podman.program())
         .arg("build")
-        .arg("--layers")
+        .arg("--layers=false")
         .arg("--http-proxy=true")
         .arg(format!("--secret=id=ca,src={}", ca.display()))
         .arg(format!("--build-arg=BASE={}", req.base))
         .arg(format!("--build-arg=AGENT_VERSION={}", req.version))
         .arg(format!("--label=lazaret.agent={}", recipe.name))
-        .arg(format!(
-            "--label=lazaret.recipe={}",
-            agent_recipe_digest(recipe.name).unwrap_or_default()
-        ))
+        .arg(format!("--label=lazaret.recipe={}", recipe.digest))
         .arg("-t")
         .arg(&build_tag)
         .arg("-f")
@@ -371,7 +456,12 @@ pub fn build_agent_image(
     });
     let mut tail: Vec<String> = Vec::new();
     for line in rx {
-        progress(&line);
+        use std::io::Write as _;
+        // A full disk must not stop the build: the tail still says why.
+        let _ = writeln!(log_file, "{line}");
+        if let Some(s) = build_step(&line, 110) {
+            step(&s);
+        }
         tail.push(line);
         if tail.len() > 20 {
             tail.remove(0);
@@ -382,9 +472,10 @@ pub fn build_agent_image(
     let status = child.wait().map_err(io("cannot wait for podman build"))?;
     if !status.success() {
         return Err(ImageError::AgentBuild {
-            agent: recipe.name.to_string(),
+            agent: recipe.name,
             status: status.to_string(),
             tail: tail.join("\n"),
+            log: log.display().to_string(),
         });
     }
     let build_time = started.elapsed();
@@ -405,12 +496,19 @@ pub fn build_agent_image(
         version
     };
     let mut tags = Vec::new();
+    let mut previous = Vec::new();
     for t in [version.as_str(), "latest"] {
         let tag = format!("{AGENT_REPOSITORY}{}:{t}", recipe.name);
+        previous.extend(image_id(podman, &tag));
         podman.run(["tag", build_tag.as_str(), tag.as_str()])?;
         tags.push(tag);
     }
     let _ = podman.run(["untag", build_tag.as_str(), build_tag.as_str()]);
+    let built = image_id(podman, &tags[0]);
+    previous.dedup();
+    for id in previous.iter().filter(|id| Some(*id) != built.as_ref()) {
+        remove_if_left_over(podman, id, &recipe.name);
+    }
     let size_bytes = podman
         .run([
             "image",
@@ -430,6 +528,62 @@ pub fn build_agent_image(
     })
 }
 
+/// Opens (truncating) a build's log, private to the user: the build's
+/// output can name the registries and proxies the build went through.
+fn open_log(log: &Path) -> Result<std::fs::File, ImageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = log.parent() {
+        crate::rundir::create_private_dir(dir)
+            .map_err(io(format!("cannot create {}", dir.display())))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(log)
+        .map_err(io(format!("cannot write {}", log.display())))?;
+    // An older log may have been made with wider permissions.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+    Ok(file)
+}
+
+/// The id of the image `name` names, if it exists.
+fn image_id(podman: &Podman, name: &str) -> Option<String> {
+    podman
+        .run(["image", "inspect", "--format", "{{.Id}}", name])
+        .ok()
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty())
+}
+
+/// Removes image `id`, an earlier build of `agent`'s image, when no tag
+/// names it any more and it is `agent`'s by its label; a container that
+/// still runs it keeps it (podman refuses), until `lazaret image prune`.
+fn remove_if_left_over(podman: &Podman, id: &str, agent: &str) {
+    let Ok(out) = podman.run([
+        "image",
+        "inspect",
+        "--format",
+        "{{len .RepoTags}} {{index .Labels \"lazaret.agent\"}}",
+        id,
+    ]) else {
+        return;
+    };
+    if out.trim() == format!("0 {agent}") {
+        let _ = podman.run(["rmi", id]);
+    }
+}
+
+/// Labels that mark an image as one Lazaret made: an agent image (and its
+/// build stages), a base image, the Network Sidecar's image.
+pub const OWN_LABELS: &[&str] = &[
+    "lazaret.agent",
+    "lazaret.base.digest",
+    "lazaret.sidecar.sha256",
+];
+
 /// One row of `lazaret image list`.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct ImageRow {
@@ -443,6 +597,9 @@ pub struct ImageRow {
     pub size: u64,
     #[serde(rename = "Labels", default)]
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// The names the image had (podman keeps them once it is untagged).
+    #[serde(rename = "History", default)]
+    pub history: Option<Vec<String>>,
 }
 
 impl ImageRow {
@@ -456,6 +613,40 @@ impl ImageRow {
             .find_map(|n| agent_of_image(n).map(str::to_string))
     }
 
+    /// An image no tag names any more (a previous build, a build stage):
+    /// only Lazaret's are listed ([`OWN_LABELS`]).
+    pub fn dangling(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The last name an untagged image had, if podman kept it.
+    pub fn was(&self) -> Option<&str> {
+        self.history.as_ref()?.first().map(String::as_str)
+    }
+
+    /// The repository an image is in; for an untagged image of Lazaret's,
+    /// the one it belonged to by its labels (agent, sidecar, else the
+    /// base's release).
+    pub fn repository(&self) -> Option<String> {
+        if let Some(n) = self.names.first() {
+            return Some(
+                n.rsplit_once(':')
+                    .map_or(n.as_str(), |(r, _)| r)
+                    .to_string(),
+            );
+        }
+        let labels = self.labels.as_ref()?;
+        if let Some(agent) = labels.get("lazaret.agent") {
+            return Some(format!("{AGENT_REPOSITORY}{agent}"));
+        }
+        if labels.contains_key("lazaret.sidecar.sha256") {
+            return Some(SIDECAR_REPOSITORY.to_string());
+        }
+        labels
+            .get("lazaret.base.release")
+            .map(|r| format!("{BASE_REPOSITORY}/{r}"))
+    }
+
     /// The version tag of an agent image (the tag that is not `latest`).
     pub fn version(&self) -> Option<String> {
         self.names
@@ -467,21 +658,24 @@ impl ImageRow {
     }
 }
 
-/// Lazaret's images in the user's storage (base, agent, sidecar).
+/// Lazaret's images in the user's storage (base, agent, sidecar), then
+/// the untagged ones Lazaret left (by [`OWN_LABELS`]; never the user's).
 pub fn list_images(podman: &Podman) -> Result<Vec<ImageRow>, ImageError> {
-    let out = podman.run([
-        "images",
-        "--format",
-        "json",
-        "--filter",
-        &format!("reference={BASE_REPOSITORY}/*"),
-    ])?;
-    let rows: Vec<ImageRow> = serde_json::from_str(&out).map_err(|e| ImageError::Io {
-        what: "cannot read `podman images` output".into(),
-        error: std::io::Error::other(e),
-    })?;
+    let read = |filter: &str| -> Result<Vec<ImageRow>, ImageError> {
+        let out = podman.run(["images", "--format", "json", "--filter", filter])?;
+        serde_json::from_str(&out).map_err(|e| ImageError::Io {
+            what: "cannot read `podman images` output".into(),
+            error: std::io::Error::other(e),
+        })
+    };
+    let mut rows = read(&format!("reference={BASE_REPOSITORY}/*"))?;
+    rows.extend(read("dangling=true")?.into_iter().filter(|r| {
+        r.names.is_empty()
+            && r.labels
+                .as_ref()
+                .is_some_and(|l| OWN_LABELS.iter().any(|k| l.contains_key(*k)))
+    }));
     // podman lists an image once per tag: one row per image.
-    let mut rows = rows;
     let mut seen = std::collections::HashSet::new();
     rows.retain(|r| seen.insert(r.id.clone()));
     Ok(rows)
@@ -547,6 +741,35 @@ mod tests {
                 3,
                 "{name}: {pinned} is not exact"
             );
+        }
+    }
+
+    #[test]
+    fn build_steps_are_the_step_and_commit_lines() {
+        let step = |l: &str| build_step(l, 40);
+        assert_eq!(
+            step("[1/2] STEP 2/5: RUN  apt-get   update").as_deref(),
+            Some("[1/2] STEP 2/5: RUN apt-get update")
+        );
+        assert_eq!(
+            step("STEP 1/3: FROM x").as_deref(),
+            Some("STEP 1/3: FROM x")
+        );
+        assert_eq!(
+            step("[2/2] COMMIT localhost/lazaret/agent-claude:build").as_deref(),
+            Some("COMMIT localhost/lazaret/agent-claude:build: writing the image")
+        );
+        let long = step(&format!("STEP 2/5: RUN {}", "x".repeat(80))).unwrap();
+        assert_eq!(long.chars().count(), 40);
+        assert!(long.ends_with('…'));
+        for noise in [
+            "--> 3bc35f1d2b2",
+            "Get:1 http://deb.debian.org/debian trixie InRelease",
+            "STEP one: no number",
+            "[1/2] noise",
+            "added 3 packages in 4s",
+        ] {
+            assert_eq!(step(noise), None, "{noise}");
         }
     }
 
