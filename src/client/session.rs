@@ -97,8 +97,8 @@ pub(crate) fn start_cancelled(hash: &str, what: &str, sig: i32) -> ExitCode {
     };
     eprintln!(
         "lazaret: {name} while domain {hash} was starting; {what} did not run. \
-         Unless another session uses the domain, its Session Coordinator takes down \
-         what this start made as soon as the step under way ends \
+         Unless another session uses the domain, its Session Coordinator completes \
+         the start (it never stops one halfway) and then takes down all it made \
          (`lazaret status` lists the domain until then)."
     );
     ExitCode::from(128 + sig as u8)
