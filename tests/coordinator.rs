@@ -111,14 +111,24 @@ fn eight_concurrent_sessions_share_one_domain() {
     wait_for_socket(&d);
     let names = d.containers();
     assert_eq!(names.len(), 2, "{names:?}");
-    let ps = text(&podman(&[
-        "ps",
-        "--filter",
-        &format!("label={}={}", lazaret::engine::LABEL_DOMAIN, d.hash),
-        "--format",
-        "{{.Names}}",
-    ]))
-    .0;
+    // The socket comes before the sandbox runs: wait until both run (the
+    // sessions sleep inside it), and never more than the two.
+    let running = || {
+        text(&podman(&[
+            "ps",
+            "--filter",
+            &format!("label={}={}", lazaret::engine::LABEL_DOMAIN, d.hash),
+            "--format",
+            "{{.Names}}",
+        ]))
+        .0
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut ps = running();
+    while ps.lines().count() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        ps = running();
+    }
     assert_eq!(ps.lines().count(), 2, "{ps}");
     let mut ids = std::collections::BTreeSet::new();
     for (i, c) in children.into_iter().enumerate() {

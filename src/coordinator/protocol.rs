@@ -4,6 +4,7 @@
 
 use lazaret_escalate::protocol::{self as escalate_protocol, ProtocolError};
 use serde::{Deserialize, Serialize};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
 pub const PROTOCOL_VERSION: u32 = 5;
@@ -228,10 +229,163 @@ where
     serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
+/// The control stream's frames, read so that waiting for one is safe to
+/// cancel: inside `tokio::select!`, a frame half-read when another branch
+/// wins stays buffered here and is finished by the next call. (Waiting on
+/// [`read_frame`] there loses the bytes already read, and the stream goes
+/// out of step: a test read a JSON fragment as a 2 GB frame length.)
+pub struct FrameReader<R> {
+    frames: FramedRead<R, LengthDelimitedCodec>,
+}
+
+impl<R> std::fmt::Debug for FrameReader<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameReader")
+            .field("buffered", &self.frames.read_buffer().len())
+            .finish()
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(r: R) -> Self {
+        let codec = LengthDelimitedCodec::builder()
+            .big_endian()
+            .length_field_length(4)
+            .max_frame_length(MAX_FRAME)
+            .new_codec();
+        FrameReader {
+            frames: FramedRead::new(r, codec),
+        }
+    }
+
+    /// The next whole message; `Closed` on a clean end of stream.
+    pub async fn next<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, FrameError> {
+        use futures_util::StreamExt;
+        match self.frames.next().await {
+            None => Err(FrameError::Closed),
+            Some(Ok(body)) => {
+                serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
+            }
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                // The codec's only InvalidData is a length over the limit.
+                Err(FrameError::TooLarge(MAX_FRAME + 1))
+            }
+            Some(Err(e)) => Err(FrameError::Io(e)),
+        }
+    }
+
+    pub fn get_ref(&self) -> &R {
+        self.frames.get_ref()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// What the coordinator's session loop does: wait for the client's
+    /// next frame in a `select!` beside a busy other branch (output, news
+    /// for the human), while the client sends a large frame in small
+    /// pieces. `reader` gets the chance to lose a half-read frame every
+    /// time the other branch wins. Gives the messages read in order, or
+    /// the first error.
+    async fn interleaved<F, Fut>(mut read: F) -> Result<Vec<ClientMsg>, FrameError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<ClientMsg, FrameError>>,
+    {
+        let mut got = Vec::new();
+        let mut tick = tokio::time::interval(std::time::Duration::from_micros(200));
+        while got.len() < 3 {
+            tokio::select! {
+                m = read() => got.push(m?),
+                _ = tick.tick() => {}
+            }
+        }
+        Ok(got)
+    }
+
+    fn big_decision(n: usize) -> ClientMsg {
+        ClientMsg::Decision {
+            request_id: format!("r-{n}"),
+            verdict: crate::coordinator::escalation::Verdict::Edit {
+                command: "x".repeat(100_000),
+            },
+        }
+    }
+
+    /// Writes three large frames, a few KiB at a time with pauses.
+    async fn trickle(mut w: tokio::io::DuplexStream) {
+        for n in 0..3 {
+            let body = serde_json::to_vec(&big_decision(n)).unwrap();
+            let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+            frame.extend_from_slice(&body);
+            for chunk in frame.chunks(4096) {
+                w.write_all(chunk).await.unwrap();
+                tokio::task::yield_now().await;
+                tokio::time::sleep(std::time::Duration::from_micros(50)).await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_frame_cut_by_another_branch_is_not_lost() {
+        let (a, b) = tokio::io::duplex(8192);
+        let writer = tokio::spawn(trickle(a));
+        let reader = std::sync::Arc::new(tokio::sync::Mutex::new(FrameReader::new(b)));
+        let got = interleaved(|| {
+            let reader = reader.clone();
+            async move { reader.lock().await.next::<ClientMsg>().await }
+        })
+        .await
+        .expect("every frame read whole");
+        writer.await.unwrap();
+        assert_eq!(got, (0..3).map(big_decision).collect::<Vec<_>>());
+
+        // The same through the plain reader loses bytes and goes out of step.
+        let (a, b) = tokio::io::duplex(8192);
+        let writer = tokio::spawn(trickle(a));
+        let b = std::sync::Arc::new(tokio::sync::Mutex::new(b));
+        let old = interleaved(|| {
+            let b = b.clone();
+            async move { read_frame::<_, ClientMsg>(&mut *b.lock().await).await }
+        })
+        .await;
+        writer.abort();
+        assert!(
+            old.as_ref().map_or(true, |got| got
+                != &(0..3).map(big_decision).collect::<Vec<_>>()),
+            "the plain reader kept step: the test does not exercise cancellation"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_frame_reader_refuses_what_read_frame_refuses() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        a.write_all(&(u32::MAX).to_be_bytes()).await.unwrap();
+        assert!(matches!(
+            r.next::<ClientMsg>().await,
+            Err(FrameError::TooLarge(_))
+        ));
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        let junk = br#"{"type":"nonsense"}"#;
+        a.write_all(&(junk.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        a.write_all(junk).await.unwrap();
+        assert!(matches!(
+            r.next::<ClientMsg>().await,
+            Err(FrameError::Malformed(_))
+        ));
+        drop(a);
+        assert!(matches!(
+            r.next::<ClientMsg>().await,
+            Err(FrameError::Closed)
+        ));
+    }
 
     #[tokio::test]
     async fn frames_round_trip_and_refuse_garbage() {

@@ -17,8 +17,8 @@ use super::escalation::{
     Setup, ToHuman, Verdict,
 };
 use super::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, FrameError, PROTOCOL_VERSION, SessionInfo, StoppedBy,
-    read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, FrameError, FrameReader, PROTOCOL_VERSION, SessionInfo,
+    StoppedBy, read_frame, write_frame,
 };
 use super::store::{Store, Verification};
 use crate::config::ResolvedProfile;
@@ -1007,9 +1007,14 @@ async fn serve_session(
     )
     .await?;
     let mut shutdown = shared.shutdown.subscribe();
+    // Frames are read through a buffer that outlives each `select!`: news
+    // for the human may win while a large frame is half-read.
+    let (r, mut w) = stream.split();
+    let stream = &mut w;
+    let mut frames = FrameReader::new(r);
     loop {
         let msg = tokio::select! {
-            m = read_frame::<_, ClientMsg>(stream) => m?,
+            m = frames.next::<ClientMsg>() => m?,
             Some(news) = async { match human.as_mut() { Some(h) => h.recv().await, None => None } } => {
                 let msg = match news {
                     ToHuman::Prompt(prompt) => CoordMsg::Prompt { prompt },
@@ -1056,7 +1061,7 @@ async fn serve_session(
                 }
             }
             ClientMsg::Down => {
-                let by = stopped_by(stream);
+                let by = stopped_by(frames.get_ref().as_ref());
                 log(&format!("down requested: {by}"));
                 shared
                     .audit(
@@ -1077,7 +1082,7 @@ async fn serve_session(
                 }
             }
             ClientMsg::SelfTestEnd { failed } => {
-                let by = stopped_by(stream);
+                let by = stopped_by(frames.get_ref().as_ref());
                 let grace = if failed.is_empty() {
                     super::escalation::PROBE_GRACE
                 } else {
