@@ -123,10 +123,10 @@ fn eight_concurrent_sessions_share_one_domain() {
         ]))
         .0
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let mut ps = running();
-    while ps.lines().count() < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(200));
+    while ps.lines().count() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
         ps = running();
     }
     assert_eq!(ps.lines().count(), 2, "{ps}");

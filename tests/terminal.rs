@@ -555,3 +555,54 @@ fn a_long_request_is_approved_only_after_its_end_was_shown() {
     t.wait_exit(30, "lazaret shell");
     d.wait_until_gone();
 }
+
+/// A large request arriving while the exec floods the terminal is asked,
+/// and the human's answer (with its reason) is what the agent gets. The
+/// plain session reads its control frames beside the output through
+/// `FrameReader`; whether a frame is cut mid-way here depends on timing
+/// (this test passed with the old reader too), so the cut itself is shown
+/// in process: `coordinator::protocol`'s
+/// `a_frame_cut_by_another_branch_is_not_lost`.
+#[test]
+fn a_large_request_during_heavy_output_is_asked_and_answered() {
+    let d = Domain::new("rc");
+    let script = format!(
+        "yes 'flood of ordinary output' | head -c 30000000 & \
+         {ESC} --justify big-one -- mkdir $(head -c 120000 /dev/zero | tr '\\0' x) >/dev/null 2>/tmp/esc.err; \
+         r=$?; wait; grep -o 'REASON-[a-z]*' /tmp/esc.err | head -1; echo ESC-RC=$r"
+    );
+    let t = d.tmux(
+        120,
+        40,
+        &format!("exec {} -- sh -c {}", d.profile, shell_quote(&script)),
+        Some(AFTER),
+    );
+    let s = t.wait_for(180, "the prompt", |s| {
+        (s.contains("the agent asks to run a command on the host") && s.contains("code:"))
+            || s.contains("ESC-RC=")
+    });
+    assert!(!s.contains("ESC-RC="), "no prompt: {s}");
+    t.send(&["-l", "d"]);
+    t.wait_for(20, "the reason row", |s| s.contains("reason (optional)"));
+    // One key per read: the prompt ignores several at once.
+    t.send(&["-l", "R"]);
+    t.wait_for(20, "R typed", |s| s.contains("Esc to go back: R"));
+    for c in "EASON-hm".chars() {
+        t.send(&["-l", &c.to_string()]);
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    t.wait_for(20, "the reason typed", |s| s.contains("REASON-hm"));
+    t.send(&["Enter"]);
+    let s = t.wait_for(180, "the request's end", |s| s.contains("ESC-RC="));
+    assert!(s.contains("ESC-RC=77"), "{s}");
+    assert!(s.contains("REASON-hm"), "the human's reason: {s}");
+    let records = d.audit_json();
+    let decisions: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "escalation-decision")
+        .filter_map(|r| r["data"]["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, vec!["denied"], "{records:?}");
+    drop(t);
+    d.wait_until_gone();
+}

@@ -170,7 +170,7 @@ fn edit_row(label: &str, line: &LineEdit, cols: u16) -> String {
     if cursor == text.len() && used < room {
         shown.push_str("\x1b[7m \x1b[0m");
     }
-    let more = if start > 0 { "…" } else { " " };
+    let more = if start > 0 { "…" } else { "" };
     format!("{label}{more}{shown}")
 }
 

@@ -17,8 +17,8 @@ use super::context;
 use crate::coordinator::client::{self, ClientError, Hello};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, PROTOCOL_VERSION, read_frame,
-    write_frame,
+    ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, FrameReader, PROTOCOL_VERSION,
+    read_frame, write_frame,
 };
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
@@ -349,7 +349,7 @@ pub(crate) fn run_in_sandbox(
     if err_tty {
         cmd.stderr(Stdio::piped());
     }
-    let (mut client, child) = match connected {
+    let (client, child) = match connected {
         client::Connected::Up(client) => (*client, None),
         client::Connected::Checking(checking) => {
             let child = {
@@ -378,6 +378,7 @@ pub(crate) fn run_in_sandbox(
         }
     };
     announce(&client.domain);
+    let mut control = Control::new(client.stream);
     let mut guard = (out_tty || err_tty).then(TerminalGuard::new);
     let outcome = rt.block_on(async {
         let mut child = match child {
@@ -410,7 +411,7 @@ pub(crate) fn run_in_sandbox(
                 if stopped.is_none() && listening && exit_code_of(s) >= 125 {
                     while let Ok(Ok(msg)) = tokio::time::timeout(
                         Duration::from_millis(500),
-                        next_msg(&mut queued, &mut client.stream),
+                        next_msg(&mut queued, &mut control.frames),
                     )
                     .await
                     {
@@ -447,20 +448,20 @@ pub(crate) fn run_in_sandbox(
                 _ = term.recv() => return Ok(Ended::Signal(child, SIGTERM)),
                 _ = hup.recv() => return Ok(Ended::Signal(child, SIGHUP)),
                 _ = int.recv() => return Ok(Ended::Signal(child, SIGINT)),
-                msg = next_msg(&mut queued, &mut client.stream), if listening => match msg {
+                msg = next_msg(&mut queued, &mut control.frames), if listening => match msg {
                     Ok(CoordMsg::Prompt { prompt }) => {
                         let Some(t) = super::prompt::open_tty() else {
                             let verdict = Verdict::Deny { reason: Some("no terminal to ask on".into()) };
-                            let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
+                            let _ = write_frame(&mut control.write, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
                             continue;
                         };
                         let pid = if tty { child.id() } else { None };
-                        let Some(verdict) = ask_listening(prompt.clone(), t, pid, &stop, &mut client.stream, &mut queued).await else {
+                        let Some(verdict) = ask_listening(prompt.clone(), t, pid, &stop, &mut control.frames, &mut queued).await else {
                             // Withdrawn: nobody waits for an answer.
                             continue;
                         };
                         let abort = verdict == Verdict::Abort;
-                        let _ = write_frame(&mut client.stream, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
+                        let _ = write_frame(&mut control.write, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
                         if abort {
                             let _ = child.kill().await;
                         }
@@ -484,7 +485,7 @@ pub(crate) fn run_in_sandbox(
                         let hello = session.hello(purpose, has_human);
                         match client::reconnect(&ctx, &hello).await {
                             Ok(c) => {
-                                client = c;
+                                control = Control::new(c.stream);
                                 eprint!("\r\nlazaret: the Session Coordinator died; reconnected to a new one (same session)\r\n");
                             }
                             Err(e) => {
@@ -528,7 +529,7 @@ pub(crate) fn run_in_sandbox(
     };
     drop(guard);
     // Closing the connection ends the session; the last one tears down.
-    drop(client);
+    drop(control);
     drop(rt);
     code
 }
@@ -545,11 +546,31 @@ enum Ended {
 /// first.
 async fn next_msg(
     queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
-    stream: &mut tokio::net::UnixStream,
+    frames: &mut Frames,
 ) -> Result<CoordMsg, FrameError> {
     match queued.pop_front() {
         Some(msg) => msg,
-        None => read_frame(stream).await,
+        None => frames.next().await,
+    }
+}
+
+type Frames = FrameReader<tokio::net::unix::OwnedReadHalf>;
+
+/// A plain session's control stream. Its frames are read inside
+/// `select!` beside the exec's output: through [`FrameReader`], a large
+/// frame half-read when output wins is finished later, not lost.
+struct Control {
+    frames: Frames,
+    write: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl Control {
+    fn new(stream: tokio::net::UnixStream) -> Self {
+        let (read, write) = stream.into_split();
+        Control {
+            frames: FrameReader::new(read),
+            write,
+        }
     }
 }
 
@@ -563,7 +584,7 @@ async fn ask_listening(
     tty: std::fs::File,
     child: Option<u32>,
     stop: &Arc<AtomicBool>,
-    stream: &mut tokio::net::UnixStream,
+    frames: &mut Frames,
     queued: &mut VecDeque<Result<CoordMsg, FrameError>>,
 ) -> Option<Verdict> {
     let withdrawal = Arc::new(super::prompt::Withdrawal::default());
@@ -579,7 +600,7 @@ async fn ask_listening(
             v = &mut task => break v.unwrap_or(Verdict::Deny {
                 reason: Some("the prompt failed".into()),
             }),
-            msg = read_frame::<_, CoordMsg>(stream), if reading => {
+            msg = frames.next::<CoordMsg>(), if reading => {
                 let why = match msg {
                     Ok(CoordMsg::Withdrawn { request_id: id, reason }) if id == request_id => Some(reason),
                     Ok(CoordMsg::Withdrawn { request_id: id, reason }) => {

@@ -293,7 +293,7 @@ mod tests {
     async fn interleaved<F, Fut>(mut read: F) -> Result<Vec<ClientMsg>, FrameError>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<ClientMsg, FrameError>>,
+        Fut: Future<Output = Result<ClientMsg, FrameError>>,
     {
         let mut got = Vec::new();
         let mut tick = tokio::time::interval(std::time::Duration::from_micros(200));
