@@ -606,3 +606,370 @@ fn init_force_keeps_a_backup_and_names_the_changes() {
     assert_eq!(std::fs::read_to_string(&second).unwrap(), "# mine again\n");
     assert!(o.contains(&second.display().to_string()), "{o}");
 }
+
+/// Lines that look like an error: a step may print one only when the guide
+/// shows that exact line for it.
+fn error_lines<'a>(out: &'a str, guide_shows: &[&str]) -> Vec<&'a str> {
+    const WORDS: [&str; 6] = [
+        "error",
+        "failed",
+        "panicked",
+        "cannot",
+        "not found",
+        "traceback",
+    ];
+    out.lines()
+        .map(str::trim_end)
+        .filter(|l| {
+            let low = l.to_lowercase();
+            WORDS.iter().any(|w| low.contains(w))
+        })
+        .filter(|l| !guide_shows.iter().any(|g| l.contains(g)))
+        .collect()
+}
+
+/// The first hour of a new account, in one terminal, as the README and the
+/// user guide walk it.
+struct FirstHour {
+    t: common::Tmux,
+    /// The account's fresh home (no Lazaret configuration yet).
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+impl FirstHour {
+    /// The whole scrollback of window `w` of the session, lines joined.
+    fn text_of(&self, w: &str) -> String {
+        self.t
+            .tmux(&["capture-pane", "-p", "-J", "-S", "-", "-t", w])
+    }
+
+    /// Runs `command` at the prompt of the first window after clearing its
+    /// history; waits for it to end; returns (exit code, what it printed).
+    /// Fails when it printed an error line that `guide_shows` lacks.
+    fn step(&self, command: &str, secs: u64, guide_shows: &[&str]) -> (i32, String) {
+        self.t.tmux(&["clear-history", "-t", "0:0"]);
+        // Markers printed by printf, so the typed line never holds them.
+        self.t.line(&format!(
+            "clear; printf 'STEP-%s\\n' BEGIN; {command}; printf 'STEP-%s rc=%s\\n' END $?"
+        ));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let all = self.text_of("0:0");
+            if let Some(rc) = all
+                .lines()
+                .find_map(|l| l.strip_prefix("STEP-END rc="))
+                .and_then(|r| r.trim().parse::<i32>().ok())
+            {
+                let printed: String = all
+                    .lines()
+                    .skip_while(|l| l.trim_end() != "STEP-BEGIN")
+                    .skip(1)
+                    .take_while(|l| !l.starts_with("STEP-END rc="))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                let bad = error_lines(&printed, guide_shows);
+                assert!(
+                    bad.is_empty(),
+                    "`{command}` printed error lines the guide does not show for it: {bad:#?}\n{printed}"
+                );
+                eprintln!("$ {command}\n{printed}(exit {rc})");
+                return (rc, printed);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "`{command}` did not end within {secs} s:\n{all}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// Issue 27, "Checked by": a new account (a home with no configuration)
+/// walks the README's and the user guide's first hour in one terminal:
+/// doctor, init, config check, a shell and the workbench with `-p shell`
+/// (a second tab), a name allowed live and answered by a test DNS server on
+/// this machine's loopback (10.0.2.2 from the sandbox), a refused name, net
+/// show, review, down and prune. Every step shows its own outcome, and none
+/// prints an error line that the guide does not show for it.
+#[test]
+fn first_hour_walk_of_a_new_account() {
+    common::sandbox::require_base_image();
+    let dns_port = first_hour_dns();
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("home/project");
+    // The account is new to Lazaret; podman's store is the one set-up
+    // prepared for it (with the base image), as on the machine it set up.
+    for sub in [".config/containers", ".local/share/containers"] {
+        s.mkdir(&format!(
+            "home/{}",
+            Path::new(sub).parent().unwrap().display()
+        ));
+        std::os::unix::fs::symlink(common::user_home().join(sub), home.join(sub)).unwrap();
+        if let Some(u) = common::test_user() {
+            std::os::unix::fs::lchown(home.join(sub), Some(u.uid), Some(u.gid)).unwrap();
+        }
+    }
+    // A git project, as the guide's review expects.
+    common::git(&ws, &["init", "-q", "-b", "main"]);
+    s.write("home/project/README", "a project\n");
+    common::git(&ws, &["add", "README"]);
+    common::git(
+        &ws,
+        &[
+            "-c",
+            "user.name=dev",
+            "-c",
+            "user.email=dev@example.invalid",
+            "commit",
+            "-qm",
+            "first",
+        ],
+    );
+    let bin_dir = common::lazaret_bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{STANDARD_PATH}", bin_dir.display());
+    let t = common::Tmux::start(
+        &ws,
+        200,
+        50,
+        &[
+            ("HOME", home.to_str().unwrap()),
+            ("PATH", &path),
+            ("PS1", "$ "),
+        ],
+        "bash --norc --noprofile",
+    );
+    let w = FirstHour { t, home, ws };
+    let _down = DownOnDrop(&w);
+
+    // README: every check passes.
+    let (rc, out) = w.step("lazaret doctor", 60, &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("checks passed: this host can run Lazaret"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL "), "{out}");
+
+    // The guide's "Configuration": init, an edit, config check.
+    let (rc, out) = w.step("lazaret init", 20, &[]);
+    let file = w.home.join(".config/lazaret/config.toml");
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains(&format!("wrote {}", file.display())), "{out}");
+    assert!(
+        out.contains("edit it, then check it with `lazaret config check`"),
+        "{out}"
+    );
+    // The edit: names are resolved by the test's DNS server (the sandbox
+    // reaches this machine's loopback as 10.0.2.2).
+    let cfg = std::fs::read_to_string(&file).unwrap();
+    assert!(cfg.contains("\n[network]\n"), "{cfg}");
+    s.write(
+        "home/.config/lazaret/config.toml",
+        &cfg.replacen(
+            "\n[network]\n",
+            &format!("\n[network]\ndns_upstream = \"10.0.2.2:{dns_port}\"\n"),
+            1,
+        ),
+    );
+    let (rc, out) = w.step("lazaret config check", 20, &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("configuration is valid"), "{out}");
+    assert!(out.contains("default profile: shell"), "{out}");
+    assert!(
+        out.contains("profiles: aider, claude, codex, shell"),
+        "{out}"
+    );
+
+    // "Sessions": a shell; a command, its output, exit.
+    w.t.tmux(&["clear-history", "-t", "0:0"]);
+    w.t.line("clear; lazaret shell -p shell; echo \"SHELL-END rc=$?\"");
+    w.t.wait_for(120, "the sandbox's shell", |s| s.contains("root@"));
+    // What an agent does: a file, committed on its branch.
+    w.t.line(
+        "echo agent > agent-note.txt && git add agent-note.txt && \
+         git -c user.name=agent -c user.email=agent@example.invalid commit -qm note && \
+         echo SHELL-$((6*7))",
+    );
+    w.t.wait_for(20, "the command's output", |s| s.contains("SHELL-42"));
+    w.t.line("exit");
+    w.t.wait_for(60, "the shell's end", |s| s.contains("SHELL-END rc="));
+    let out = w.text_of("0:0");
+    assert!(out.contains("SHELL-END rc=0"), "{out}");
+    let bad = error_lines(&out, &[]);
+    assert!(bad.is_empty(), "`lazaret shell -p shell`: {bad:#?}\n{out}");
+
+    // "The workbench": the first tab's shell, a second tab (prefix, c;
+    // Enter opens the focused tab's profile and workspace), quit (prefix, q).
+    w.t.tmux(&["clear-history", "-t", "0:0"]);
+    w.t.line("clear; lazaret ui -p shell; echo \"UI-END rc=$?\"");
+    w.t.wait_for(120, "the first tab's shell", |s| s.contains("root@"));
+    w.t.line("echo TAB1-$((6*7))");
+    w.t.wait_for(20, "the first tab's output", |s| s.contains("TAB1-42"));
+    w.t.send(&["C-a", "c"]);
+    w.t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
+    w.t.send(&["Enter"]);
+    w.t.wait_for(60, "the second tab", |s| {
+        s.contains("2:shell") && s.contains("root@") && !s.contains("TAB1-42")
+    });
+    w.t.line("echo TAB2-$((6*7))");
+    let screen =
+        w.t.wait_for(20, "the second tab's output", |s| s.contains("TAB2-42"));
+    let bad = error_lines(&screen, &[]);
+    assert!(bad.is_empty(), "`lazaret ui -p shell`: {bad:#?}\n{screen}");
+    w.t.send(&["C-a", "q"]);
+    w.t.wait_for(60, "the workbench's end", |s| s.contains("UI-END rc="));
+    let out = w.text_of("0:0");
+    assert!(out.contains("UI-END rc=0"), "{out}");
+    let bad = error_lines(&out, &[]);
+    assert!(bad.is_empty(), "after `lazaret ui`: {bad:#?}\n{out}");
+
+    // "Network", with a shell in another terminal holding the domain up.
+    // A new window has the tmux server's environment: the account's own
+    // HOME and PATH, as in the first terminal.
+    let hold = format!(
+        "export HOME={} PATH={}; lazaret shell -p shell; echo \"HOLD-END rc=$?\"; sleep 600",
+        common::shell_quote(w.home.to_str().unwrap()),
+        common::shell_quote(&path)
+    );
+    w.t.tmux(&[
+        "new-window",
+        "-d",
+        "-t",
+        "0:1",
+        "-c",
+        w.ws.to_str().unwrap(),
+        &hold,
+    ]);
+    let other = |what: &str, pred: &dyn Fn(&str) -> bool| -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let s = w.text_of("0:1");
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what} in the other terminal:\n{s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let type_other = |line: &str| {
+        w.t.tmux(&["send-keys", "-t", "0:1", "-l", line]);
+        w.t.tmux(&["send-keys", "-t", "0:1", "Enter"]);
+    };
+    other("the shell", &|s| s.contains("root@"));
+    let (rc, out) = w.step("lazaret net allow ok.lazaret.test --profile shell", 30, &[]);
+    assert_eq!(rc, 0, "{out}");
+    type_other("getent hosts ok.lazaret.test; printf 'OK-%s rc=%s\\n' LOOKUP $?");
+    let s = other("the allowed lookup", &|s| s.contains("OK-LOOKUP rc="));
+    assert!(s.contains("OK-LOOKUP rc=0"), "{s}");
+    assert!(s.contains("198.51.100.3"), "{s}");
+    type_other("getent hosts denied.lazaret.test; printf 'DENIED-%s rc=%s\\n' LOOKUP $?");
+    let s = other("the refused lookup", &|s| s.contains("DENIED-LOOKUP rc="));
+    assert!(
+        s.contains("DENIED-LOOKUP rc=2"),
+        "a refused name has no address:\n{s}"
+    );
+    let (rc, out) = w.step("lazaret net show --profile shell", 30, &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("allow")
+            && l.contains("ok.lazaret.test")
+            && l.contains("live: lazaret net allow, until the domain stops")),
+        "the allowed name is not listed:\n{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("denied.lazaret.test") && l.contains(" x, last ")),
+        "the refused name is not listed:\n{out}"
+    );
+    let (_, out) = w.step(
+        "lazaret net why denied.lazaret.test --profile shell",
+        30,
+        &[],
+    );
+    assert!(
+        out.contains("denied.lazaret.test: refused by the sidecar's resolver"),
+        "{out}"
+    );
+
+    // "The agent's branch": review what the agent changed.
+    let (rc, out) = w.step("lazaret review --profile shell", 30, &[]);
+    assert!(rc == 0 || rc == 3, "{out}");
+    assert!(
+        out.contains("agent branch lazaret/agent-shell")
+            && out.contains("review: 0 finding(s), 1 changed path(s)"),
+        "{out}"
+    );
+
+    // `lazaret down` from this terminal; the other one is told who.
+    let (rc, out) = w.step("lazaret down shell", 60, &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("domain ") && l.ends_with(" is down")),
+        "{out}"
+    );
+    let s = other("the other shell's end", &|s| s.contains("HOLD-END rc="));
+    assert!(s.contains("HOLD-END rc=122"), "{s}");
+    assert!(
+        s.replace('\n', "")
+            .contains("lazaret: the domain was stopped by `lazaret down shell`"),
+        "{s}"
+    );
+
+    // "Housekeeping": the stopped domain's folder goes.
+    let domains = w.home.join(".local/share/lazaret/domains");
+    let (rc, out) = w.step("lazaret domains prune --older-than 0s", 60, &[]);
+    assert_eq!(rc, 0, "{out}");
+    let left: Vec<_> = std::fs::read_dir(&domains)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "prune left {left:?}:\n{out}");
+}
+
+/// Takes the walk's domain down whatever happened (only its own profile
+/// and workspace: other tests share this account).
+struct DownOnDrop<'a>(&'a FirstHour);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = lazaret_env(
+            &self.0.home,
+            &self.0.ws,
+            STANDARD_PATH,
+            &[],
+            &["down", "shell"],
+        )
+        .stdin(std::process::Stdio::null())
+        .output();
+    }
+}
+
+/// The test's DNS server on this machine's loopback (the sandbox's
+/// 10.0.2.2): `ok.lazaret.test` is 198.51.100.3 (TEST-NET-2, which nothing
+/// contacts), every other name has no address. Returns the port.
+fn first_hour_dns() -> u16 {
+    use hickory_proto::op::ResponseCode;
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{Name, RData, Record, RecordType};
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        common::testnet::serve_udp(&udp, |name, qtype| match (name, qtype) {
+            ("ok.lazaret.test.", RecordType::A) => (
+                ResponseCode::NoError,
+                vec![Record::from_rdata(
+                    Name::from_ascii(name).unwrap(),
+                    5,
+                    RData::A(A(std::net::Ipv4Addr::new(198, 51, 100, 3))),
+                )],
+            ),
+            _ => (ResponseCode::NoError, Vec::new()),
+        });
+    });
+    port
+}
