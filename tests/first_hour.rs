@@ -737,6 +737,8 @@ fn first_hour_walk_of_a_new_account() {
             ("HOME", home.to_str().unwrap()),
             ("PATH", &path),
             ("PS1", "$ "),
+            // No history file: bash would write it after the folder is gone.
+            ("HISTFILE", ""),
         ],
         "bash --norc --noprofile",
     );
