@@ -148,6 +148,74 @@ fn changes_at_once_are_all_kept() {
     d.assert_gone();
 }
 
+/// One door for every change (issue 28): two `net allow`s for two
+/// destinations, started at the same instant from two processes, go
+/// through the domain's Session Coordinator: both are in force afterwards,
+/// and each has its `policy-change` audit record naming the client that
+/// asked (its command line and user, from the socket's peer credentials).
+#[test]
+fn two_clients_at_once_are_both_in_force_and_audited() {
+    let d = Domain::new("netrc");
+    // A session holds the domain up: its coordinator is the one door.
+    let mut holder = d.hold_up();
+    let targets = ["192.0.2.21/32", "198.51.100.0/24"];
+    let start = std::sync::Barrier::new(targets.len());
+    std::thread::scope(|scope| {
+        for target in targets {
+            let (d, start) = (&d, &start);
+            scope.spawn(move || {
+                let mut cmd = d.cmd(STANDARD_PATH, &["net", "allow", target]);
+                start.wait();
+                let out = cmd.output().unwrap();
+                let (o, e) = text(&out);
+                assert!(out.status.success(), "net allow {target}: {o}{e}");
+                assert!(o.contains(target), "the answer lacks {target}: {o}");
+            });
+        }
+    });
+    let show: serde_json::Value = serde_json::from_str(&net(&d, &["show", "--json"])).unwrap();
+    for target in targets {
+        assert!(
+            show["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["dst"] == target
+                    && e["verdict"].as_str().map(str::to_lowercase).as_deref() == Some("allow")),
+            "{target} is not allowed in the live table: {show:#}"
+        );
+    }
+    // Lazaret runs as the test user (as us when the suite is unprivileged).
+    let user = common::test_user().map_or_else(
+        || std::env::var("USER").unwrap_or_default(),
+        |u| u.name.clone(),
+    );
+    let records = d.audit_json();
+    for target in targets {
+        let record = records
+            .iter()
+            .find(|r| r["kind"] == "policy-change" && r["data"]["target"] == target)
+            .unwrap_or_else(|| panic!("no policy-change record for {target}: {records:#?}"));
+        let data = &record["data"];
+        assert_eq!(data["action"], "allow", "{record}");
+        assert_eq!(data["applied"], true, "{record}");
+        assert_eq!(data["user"], user.as_str(), "{record}");
+        assert!(data["pid"].as_u64().unwrap_or(0) > 0, "{record}");
+        let by = data["by"].as_str().unwrap_or_default();
+        assert!(
+            by.contains("lazaret") && by.contains(&format!("net allow {target}")),
+            "the record does not name the client: {record}"
+        );
+    }
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", d.profile])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "down: {}", text(&out).1);
+    let _ = holder.wait();
+    d.wait_until_gone();
+}
+
 #[test]
 fn live_policy_under_runsc() {
     live_policy("net");

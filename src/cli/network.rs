@@ -8,9 +8,11 @@ use anyhow::{Context, Result, bail};
 
 use super::{NetCommand, current_dir, print_out, resolve};
 use crate::config::ResolvedProfile;
+use crate::coordinator::client::{self, ClientError, PolicyAnswer};
 use crate::host::{HostEnv, SystemEnv};
 use crate::net::{self, NetError, Target};
 use crate::podman::Podman;
+use crate::rundir::RuntimeDir;
 
 pub(super) fn net_command(
     explicit: Option<PathBuf>,
@@ -95,20 +97,41 @@ pub(super) fn net_command(
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // The live change goes through the domain's Session Coordinator: it
+    // applies changes one at a time and audits each, naming this process.
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let socket = resolved.domain.control_socket(&rundir);
     let origin = format!(
         "lazaret net {} (live)",
         if allow { "allow" } else { "deny" }
     );
-    match net::change(
-        &podman,
-        &sidecar,
-        &domain_root,
-        &resolved.network,
-        &target,
+    let mut answer = crate::client::session::runtime()?.block_on(client::change_policy(
+        &socket,
+        &target.to_string(),
         allow,
         &origin,
-    ) {
-        Ok((_, report)) => {
+    ));
+    // A domain `lazaret sandbox up` started has no coordinator by design
+    // (the engine driven by hand, as `status` says): its sidecar is changed
+    // here, under the live policy's lock, and there is no coordinator to
+    // audit it.
+    if matches!(answer, Err(ClientError::NotRunning(_)))
+        && super::session::started_by_sandbox_up(&rundir, resolved.domain.hash())
+    {
+        let changed = net::change(
+            &podman,
+            &sidecar,
+            &domain_root,
+            &resolved.network,
+            &target,
+            allow,
+            &origin,
+        );
+        answer = Ok(PolicyAnswer::of(changed.map(|(_, r)| r), &sidecar));
+    }
+    let nothing = if saving.is_some() { " or saved" } else { "" };
+    match answer {
+        Ok(PolicyAnswer::Changed(report)) => {
             print!("{report}");
             if let Some(saving) = &saving {
                 saving.save(&target)?;
@@ -122,7 +145,10 @@ pub(super) fn net_command(
         }
         // What the running domain cannot take, the next start can: with
         // --save that is what the user asked for, and it is done.
-        Err(NetError::NeedsRestart) if saving.is_some() => {
+        Ok(PolicyAnswer::Refused {
+            needs_restart: true,
+            ..
+        }) if saving.is_some() => {
             let saving = saving.expect("checked");
             saving.save(&target)?;
             println!(
@@ -134,11 +160,20 @@ pub(super) fn net_command(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ NetError::NeedsRestart) => Err(e.into()),
+        Ok(PolicyAnswer::Refused {
+            message,
+            needs_restart: true,
+        }) => bail!("{message}"),
+        Ok(PolicyAnswer::Refused { message, .. }) => bail!(
+            "cannot change the policy of the running domain: {message}. Nothing was changed{nothing}"
+        ),
+        Err(ClientError::NotRunning(_)) => bail!(
+            "the Network Sidecar {sidecar} runs, but no Session Coordinator answers for the domain of profile {}, and live changes go through it. Nothing was changed{nothing}. See `lazaret status`; `lazaret down {}` cleans up what is left",
+            resolved.profile.name,
+            resolved.profile.name
+        ),
         Err(e) => bail!(
-            "cannot change the policy of the running domain: {}. Nothing was changed{}",
-            net::explain(&e, &sidecar),
-            if saving.is_some() { " or saved" } else { "" }
+            "cannot change the policy of the running domain: {e}. Nothing was changed{nothing}"
         ),
     }
 }

@@ -159,6 +159,12 @@ pub(crate) fn record_sandbox_up(rundir: &RuntimeDir, hash: &str, containers: &[S
     }
 }
 
+/// Whether `lazaret sandbox up` started domain `hash` (so it has no
+/// coordinator by design).
+pub(crate) fn started_by_sandbox_up(rundir: &RuntimeDir, hash: &str) -> bool {
+    manual_marker(rundir, hash).exists()
+}
+
 /// Forgets what [`record_sandbox_up`] noted (the domain is down).
 pub(crate) fn forget_sandbox_up(rundir: &RuntimeDir, hash: &str) {
     let _ = std::fs::remove_file(manual_marker(rundir, hash));

@@ -360,3 +360,70 @@ async fn boot_news(
         }
     }
 }
+
+/// What the coordinator made of a `PolicyChange`.
+#[derive(Debug)]
+pub enum PolicyAnswer {
+    /// In force: the sidecar's table after it.
+    Changed(Box<lazaret_sidecar::report::TableReport>),
+    /// Nothing changed; why, and whether the next start could take it.
+    Refused {
+        message: String,
+        needs_restart: bool,
+    },
+}
+
+impl PolicyAnswer {
+    /// What became of `net::change` in the sidecar `sidecar`, for people.
+    pub fn of(
+        changed: Result<lazaret_sidecar::report::TableReport, crate::net::NetError>,
+        sidecar: &str,
+    ) -> PolicyAnswer {
+        match changed {
+            Ok(report) => PolicyAnswer::Changed(Box::new(report)),
+            Err(e @ crate::net::NetError::NeedsRestart) => PolicyAnswer::Refused {
+                message: e.to_string(),
+                needs_restart: true,
+            },
+            Err(e) => PolicyAnswer::Refused {
+                message: crate::net::explain(&e, sidecar),
+                needs_restart: false,
+            },
+        }
+    }
+}
+
+/// Asks the coordinator on `socket` to allow (or deny) `target` live: the
+/// one door for policy changes of a running domain (one at a time, each
+/// audited with this process as the client). A query connection: it does
+/// not hold the domain up.
+pub async fn change_policy(
+    socket: &Path,
+    target: &str,
+    allow: bool,
+    origin: &str,
+) -> Result<PolicyAnswer, ClientError> {
+    let mut c = crate::client::session::query(socket).await?;
+    let msg = ClientMsg::PolicyChange {
+        target: target.to_string(),
+        allow,
+        origin: origin.to_string(),
+    };
+    match c.call(&msg).await? {
+        CoordMsg::PolicyChanged { report } => Ok(PolicyAnswer::Changed(Box::new(report))),
+        CoordMsg::PolicyRefused {
+            message,
+            needs_restart,
+        } => Ok(PolicyAnswer::Refused {
+            message,
+            needs_restart,
+        }),
+        CoordMsg::Error { message } => Err(ClientError::Refused(message)),
+        CoordMsg::ShuttingDown { .. } => Err(ClientError::Refused(
+            "the domain is shutting down; nothing was changed".into(),
+        )),
+        other => Err(ClientError::Refused(format!(
+            "unexpected answer to a policy change: {other:?}"
+        ))),
+    }
+}

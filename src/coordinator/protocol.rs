@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -48,6 +48,17 @@ pub enum ClientMsg {
     SelfTestEnd {
         failed: Vec<String>,
     },
+    /// Allow (or deny) egress to `target` (a CIDR, an address or a host
+    /// name pattern) in the running domain. The coordinator applies changes
+    /// one at a time, audits each (`policy-change`) and answers
+    /// `PolicyChanged` or `PolicyRefused`.
+    PolicyChange {
+        target: String,
+        allow: bool,
+        /// Kept with the rule, shown beside it (e.g. "lazaret net allow
+        /// (live)").
+        origin: String,
+    },
 }
 
 /// Coordinator to client.
@@ -82,6 +93,18 @@ pub enum CoordMsg {
     /// `SelfTestEnd` (what the socket saw of the probe, when it has one).
     SelfTest {
         escalation_probe: Option<String>,
+    },
+    /// A `PolicyChange` is in force: the sidecar's table after it, each
+    /// entry explained by the policy.
+    PolicyChanged {
+        report: lazaret_sidecar::report::TableReport,
+    },
+    /// A `PolicyChange` was not made (nothing changed); the text says why
+    /// and what to do. `needs_restart`: the running domain cannot take it,
+    /// its next start can (what `--save` is for).
+    PolicyRefused {
+        message: String,
+        needs_restart: bool,
     },
     /// The request failed; the text says why and what to do.
     Error {
@@ -371,11 +394,7 @@ mod tests {
         ));
         let (mut a, b) = tokio::io::duplex(1 << 16);
         let mut r = FrameReader::new(b);
-        let junk = br#"{"type":"nonsense"}"#;
-        a.write_all(&(junk.len() as u32).to_be_bytes())
-            .await
-            .unwrap();
-        a.write_all(junk).await.unwrap();
+        write_raw(&mut a, br#"{"type":"nonsense"}"#).await;
         assert!(matches!(
             r.next::<ClientMsg>().await,
             Err(FrameError::Malformed(_))
@@ -384,6 +403,54 @@ mod tests {
         assert!(matches!(
             r.next::<ClientMsg>().await,
             Err(FrameError::Closed)
+        ));
+    }
+
+    /// One frame of `body` as it is, unchecked.
+    async fn write_raw(a: &mut tokio::io::DuplexStream, body: &[u8]) {
+        a.write_all(&(body.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        a.write_all(body).await.unwrap();
+    }
+
+    /// A policy change and both its answers cross the socket whole, read
+    /// the way the coordinator and the client read them; a change with a
+    /// field the coordinator does not know is refused, not half-applied.
+    #[tokio::test]
+    async fn policy_change_round_trips() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        let ask = ClientMsg::PolicyChange {
+            target: "192.0.2.7/32".into(),
+            allow: true,
+            origin: "lazaret net allow (live)".into(),
+        };
+        write_frame(&mut a, &ask).await.unwrap();
+        assert_eq!(r.next::<ClientMsg>().await.unwrap(), ask);
+        let report = lazaret_sidecar::report::TableReport {
+            gateway_table: 202,
+            warnings: vec!["the table after the change".into()],
+            ..Default::default()
+        };
+        for answer in [
+            CoordMsg::PolicyChanged { report },
+            CoordMsg::PolicyRefused {
+                message: "needs a restart".into(),
+                needs_restart: true,
+            },
+        ] {
+            write_frame(&mut a, &answer).await.unwrap();
+            assert_eq!(r.next::<CoordMsg>().await.unwrap(), answer);
+        }
+        write_raw(
+            &mut a,
+            br#"{"type":"policy_change","target":"0.0.0.0/0","allow":true,"origin":"x","skip_audit":true}"#,
+        )
+        .await;
+        assert!(matches!(
+            r.next::<ClientMsg>().await,
+            Err(FrameError::Malformed(_))
         ));
     }
 

@@ -66,6 +66,10 @@ struct Shared {
     /// The Escalation Socket, once open: a self-test's probe of it is
     /// expected there (`doctor --sandbox`).
     escalation: std::sync::OnceLock<Arc<EscalationServer>>,
+    /// Held while a live policy change is applied and audited: one at a
+    /// time, so two changes at once never lose one, and the audit log has
+    /// them in the order they took effect.
+    policy_change: tokio::sync::Mutex<()>,
 }
 
 /// A connected session that holds the domain up.
@@ -355,6 +359,7 @@ async fn serve(
         budget,
         emergency: Emergency::open(),
         escalation: std::sync::OnceLock::new(),
+        policy_change: tokio::sync::Mutex::new(()),
     });
     shared
         .audit(
@@ -576,6 +581,89 @@ async fn serve(
 }
 
 impl Shared {
+    /// A `PolicyChange` from `by`: applied in the Network Sidecar (under
+    /// `policy_change`), audited as `policy-change` whatever became of it,
+    /// and answered with the table after it or why nothing changed.
+    async fn change_policy(
+        &self,
+        target: String,
+        allow: bool,
+        origin: String,
+        by: StoppedBy,
+    ) -> CoordMsg {
+        use super::client::PolicyAnswer;
+        use crate::net;
+        let _one_at_a_time = self.policy_change.lock().await;
+        let answer = match net::Target::parse(&target) {
+            Err(e) => PolicyAnswer::Refused {
+                message: format!("`{target}`: {e}"),
+                needs_restart: false,
+            },
+            Ok(parsed) => {
+                let podman = self.engine.podman.clone();
+                let root = self.resolved.domain.domain_root(&self.engine.data_root);
+                let configured = self.resolved.network.clone();
+                let sidecar = self.resolved.domain.sidecar_name();
+                let origin = origin.clone();
+                tokio::task::spawn_blocking(move || {
+                    let changed = net::change(
+                        &podman,
+                        &sidecar,
+                        &root,
+                        &configured,
+                        &parsed,
+                        allow,
+                        &origin,
+                    );
+                    PolicyAnswer::of(changed.map(|(_, r)| r), &sidecar)
+                })
+                .await
+                .unwrap_or_else(|e| PolicyAnswer::Refused {
+                    message: format!("the change stopped half-way: {e}"),
+                    needs_restart: false,
+                })
+            }
+        };
+        let effect = match &answer {
+            PolicyAnswer::Changed(report) => format!(
+                "in force: the sidecar's table has {} rule(s)",
+                report.entries.len()
+            ),
+            PolicyAnswer::Refused { message, .. } => format!("nothing changed: {message}"),
+        };
+        log(&format!(
+            "policy change by `{}` (user {}, pid {}): {} {target}: {effect}",
+            lazaret_widgets::visible::visible(&by.command),
+            by.user,
+            by.pid,
+            if allow { "allow" } else { "deny" }
+        ));
+        self.audit(
+            "policy-change",
+            serde_json::json!({
+                "action": if allow { "allow" } else { "deny" },
+                "target": target,
+                "origin": origin,
+                "by": by.command,
+                "user": by.user,
+                "pid": by.pid,
+                "applied": matches!(answer, PolicyAnswer::Changed(_)),
+                "effect": effect,
+            }),
+        )
+        .await;
+        match answer {
+            PolicyAnswer::Changed(report) => CoordMsg::PolicyChanged { report: *report },
+            PolicyAnswer::Refused {
+                message,
+                needs_restart,
+            } => CoordMsg::PolicyRefused {
+                message,
+                needs_restart,
+            },
+        }
+    }
+
     /// The teardown notice, with who asked for it when someone did.
     fn shutting_down(&self) -> CoordMsg {
         CoordMsg::ShuttingDown {
@@ -1113,6 +1201,14 @@ async fn serve_session(
                 CoordMsg::SelfTest {
                     escalation_probe: probe.map(str::to_string),
                 }
+            }
+            ClientMsg::PolicyChange {
+                target,
+                allow,
+                origin,
+            } => {
+                let by = stopped_by(frames.get_ref().as_ref());
+                shared.change_policy(target, allow, origin, by).await
             }
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),

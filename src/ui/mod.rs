@@ -71,9 +71,9 @@ pub struct NetTable {
     pub warning: Option<String>,
 }
 
-/// Reads (after applying `change`, if any) the Network Sidecar's live table
-/// of `launch`'s domain, each route with the rule behind it. Blocking: it
-/// runs `podman exec` in the sidecar.
+/// Reads (after applying `change`, if any, through the domain's
+/// coordinator) the Network Sidecar's live table of `launch`'s domain, each
+/// route with the rule behind it. Blocking: call it on a worker thread.
 pub fn network_table(
     launch: &crate::client::Launch,
     change: Option<(crate::net::Target, bool)>,
@@ -85,18 +85,22 @@ pub fn network_table(
     let root = &launch.ctx.domain_root;
     let report = match change {
         Some((target, allow)) => {
+            // Through the tab's domain coordinator (one change at a time,
+            // audited), on this worker thread, never the UI thread.
+            use crate::coordinator::client::{PolicyAnswer, change_policy};
             let origin = format!("lazaret ui {} (live)", if allow { "allow" } else { "deny" });
-            net::change(
-                &podman,
-                &sidecar,
-                root,
-                &launch.network,
-                &target,
-                allow,
-                &origin,
-            )
-            .map(|(_, report)| report)
-            .map_err(|e| e.to_string())?
+            let asked = target.to_string();
+            let ask = change_policy(&launch.ctx.control_socket, &asked, allow, &origin);
+            let answer = match tokio::runtime::Handle::try_current() {
+                Ok(rt) => rt.block_on(ask),
+                Err(_) => crate::client::session::runtime()
+                    .map_err(|e| e.to_string())?
+                    .block_on(ask),
+            };
+            match answer.map_err(|e| e.to_string())? {
+                PolicyAnswer::Changed(report) => *report,
+                PolicyAnswer::Refused { message, .. } => return Err(message),
+            }
         }
         None => {
             let (mut report, _, in_force) =
