@@ -14,11 +14,10 @@ use anyhow::{Context, Result};
 use lazaret_widgets::visible::visible;
 
 use super::context;
-use crate::coordinator::client::{self, ClientError, Hello};
+use crate::coordinator::client::{self, Hello};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, FrameReader, PROTOCOL_VERSION,
-    read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, FrameReader, write_frame,
 };
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
@@ -712,44 +711,11 @@ fn exit_code_of(status: std::process::ExitStatus) -> u8 {
     }
 }
 
+pub(crate) use crate::coordinator::client::query;
+
 /// What `lazaret shell` runs in the sandbox.
 pub(crate) fn shell_argv() -> Vec<String> {
     vec!["/bin/bash".to_string(), "-l".to_string()]
-}
-
-/// A query-only connection to a socket (never starts anything).
-pub(crate) async fn query(socket: &Path) -> Result<client::Client, ClientError> {
-    let mut stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
-    write_frame(
-        &mut stream,
-        &ClientMsg::Hello {
-            version: PROTOCOL_VERSION,
-            session_id: None,
-            session_key: None,
-            pid: std::process::id(),
-            purpose: "query".into(),
-            interactive: false,
-        },
-    )
-    .await?;
-    loop {
-        match tokio::time::timeout(
-            Duration::from_secs(30),
-            read_frame::<_, CoordMsg>(&mut stream),
-        )
-        .await
-        {
-            Ok(Ok(CoordMsg::Progress { .. } | CoordMsg::SandboxStarted)) => {}
-            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(client::Client { stream, domain }),
-            Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
-            Ok(Ok(_)) | Ok(Err(_)) => {
-                return Err(ClientError::NotRunning(socket.display().to_string()));
-            }
-            Err(_) => return Err(ClientError::Refused("no answer within 30 s".into())),
-        }
-    }
 }
 
 /// Control sockets in the runtime folder.

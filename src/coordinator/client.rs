@@ -403,7 +403,7 @@ pub async fn change_policy(
     allow: bool,
     origin: &str,
 ) -> Result<PolicyAnswer, ClientError> {
-    let mut c = crate::client::session::query(socket).await?;
+    let mut c = query(socket).await?;
     let msg = ClientMsg::PolicyChange {
         target: target.to_string(),
         allow,
@@ -425,5 +425,40 @@ pub async fn change_policy(
         other => Err(ClientError::Refused(format!(
             "unexpected answer to a policy change: {other:?}"
         ))),
+    }
+}
+
+/// A query-only connection to a socket (never starts anything).
+pub async fn query(socket: &Path) -> Result<Client, ClientError> {
+    let mut stream = UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    write_frame(
+        &mut stream,
+        &ClientMsg::Hello {
+            version: PROTOCOL_VERSION,
+            session_id: None,
+            session_key: None,
+            pid: std::process::id(),
+            purpose: "query".into(),
+            interactive: false,
+        },
+    )
+    .await?;
+    loop {
+        match tokio::time::timeout(
+            Duration::from_secs(30),
+            read_frame::<_, CoordMsg>(&mut stream),
+        )
+        .await
+        {
+            Ok(Ok(CoordMsg::Progress { .. } | CoordMsg::SandboxStarted)) => {}
+            Ok(Ok(CoordMsg::Welcome { domain })) => return Ok(Client { stream, domain }),
+            Ok(Ok(CoordMsg::Error { message })) => return Err(ClientError::Refused(message)),
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                return Err(ClientError::NotRunning(socket.display().to_string()));
+            }
+            Err(_) => return Err(ClientError::Refused("no answer within 30 s".into())),
+        }
     }
 }
