@@ -420,7 +420,7 @@ impl Tmux {
             // A program that is gone will not show it: say so at once.
             assert!(
                 self.alive(),
-                "the program ended while waiting for {what} (its error, if any, went with the tmux pane)"
+                "the program ended while waiting for {what}; its last screen:\n{s}"
             );
             assert!(
                 std::time::Instant::now() < deadline,

@@ -61,6 +61,7 @@ impl TestNet {
         let id = std::process::id() % 100_000;
         let ns = format!("{}{id}", spec.tag);
         let (host_if, ns_if) = (format!("{}{id}h", spec.tag), format!("{}{id}n", spec.tag));
+        remove_stale(spec.tag);
         let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         // A namespace still held by a thread of the previous test outlives
         // `netns del`, and its veth pair with it: remove our end by name.
@@ -149,6 +150,37 @@ impl TestNet {
         let mut v: Vec<String> = self.queries.lock().unwrap().keys().cloned().collect();
         v.sort();
         v
+    }
+}
+
+/// Removes the test hosts of `tag` whose test process is gone (killed
+/// before its drop ran): their host end would keep the range's route, and
+/// every later test host of that range would be refused as unrouted. Only
+/// names this module makes (`{tag}{pid}`, `{tag}{pid}h`) are touched.
+fn remove_stale(tag: &str) {
+    // Names carry the pid modulo 100000: any live process of that rest
+    // may own one.
+    let live: std::collections::HashSet<u32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .map(|pid| pid % 100_000)
+                .collect()
+        })
+        .unwrap_or_default();
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for line in text(&list).0.lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(id) = name.strip_prefix(tag).and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if live.contains(&id) {
+            continue;
+        }
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("{name}h")])
+            .output();
     }
 }
 
