@@ -186,7 +186,32 @@ fn broken_domains_are_pruned_and_brought_down() {
             data.display()
         ),
     );
-    let run = |args: &[&str]| run_with(&home, &ws, &cfg, args);
+    // A runtime folder of this test's own: `down --all` must reach no
+    // other test's coordinator (tests run at once as one user).
+    let xdg = s.mkdir("xdg");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = lazaret_env(
+            &home,
+            &ws,
+            STANDARD_PATH,
+            &[
+                ("LAZARET_USER_CONFIG", ""),
+                ("XDG_RUNTIME_DIR", xdg.to_str().unwrap()),
+            ],
+            &all,
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+        let (o, e) = text(&out);
+        (out.status.code(), o, e)
+    };
     for (hash, how) in [
         (
             "a27a27a27a27",
