@@ -196,21 +196,11 @@ fn broken_domains_are_pruned_and_brought_down() {
     let run = |args: &[&str]| {
         let mut all = vec!["--config", cfg.to_str().unwrap()];
         all.extend_from_slice(args);
-        let out = lazaret_env(
-            &home,
-            &ws,
-            STANDARD_PATH,
-            &[
-                ("LAZARET_USER_CONFIG", ""),
-                ("XDG_RUNTIME_DIR", xdg.to_str().unwrap()),
-            ],
-            &all,
-        )
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-        let (o, e) = text(&out);
-        (out.status.code(), o, e)
+        let extra = [
+            ("LAZARET_USER_CONFIG", ""),
+            ("XDG_RUNTIME_DIR", xdg.to_str().unwrap()),
+        ];
+        run_env(&home, &ws, &extra, &all)
     };
     for (hash, how) in [
         (
