@@ -35,6 +35,18 @@ as_login_user() {
 # with another driver records it: an empty one is removed so the next
 # podman call makes an overlay store; one holding images or containers is
 # left, and its owner is told how to reset it. Idempotent.
+# A new account may get the uid of a deleted one, whose per-uid runtime
+# folders outlive it: podman would then try to join the deleted user's
+# pause process ("cannot re-exec process to join the existing user
+# namespace"). Nothing there belongs to the new account.
+clear_stale_runtime() {
+  local uid
+  uid=$(id -u "$1")
+  rm -rf "/tmp/podman-run-$uid" "/tmp/containers-user-$uid" "/tmp/run-$uid" \
+    "/dev/shm/lazaret-$uid" "/dev/shm/libpod_rootless_lock_$uid" "/run/user/$uid/libpod" \
+    "/run/user/$uid/containers"
+}
+
 prepare_user() {
   local user=$1 home group
   home=$(getent passwd "$user" | cut -d: -f6)

@@ -295,7 +295,9 @@ impl Account {
             .output()
             .unwrap();
         assert!(out.status.success(), "useradd: {}", text(&out).1);
-        Account::adopt(name)
+        let a = Account::adopt(name);
+        common::clear_uid_leftovers(a.uid);
+        a
     }
 
     /// `program ARGS` as this account, in a login-like environment.
@@ -337,6 +339,7 @@ impl Drop for Account {
         let _ = std::process::Command::new("userdel")
             .args(["-f", "-r", &self.name])
             .output();
+        common::clear_uid_leftovers(self.uid);
     }
 }
 

@@ -29,6 +29,7 @@ impl FreshUser {
         let name = format!("lzfr{}", std::process::id() % 100_000);
         run(Command::new("useradd").args(["-m", "-s", "/bin/bash", &name]));
         let user = nix::unistd::User::from_name(&name).unwrap().unwrap();
+        common::clear_uid_leftovers(user.uid.as_raw());
         let u = FreshUser {
             name: name.clone(),
             uid: user.uid.as_raw(),
@@ -101,6 +102,7 @@ impl Drop for FreshUser {
         let _ = Command::new("userdel")
             .args(["-r", "-f", &self.name])
             .status();
+        common::clear_uid_leftovers(self.uid);
         for f in ["/etc/subuid", "/etc/subgid"] {
             if let Ok(text) = std::fs::read_to_string(f) {
                 let prefix = format!("{}:", self.name);

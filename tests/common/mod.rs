@@ -516,3 +516,27 @@ pub fn deny_then_edit(t: &Tmux, canary: &Path) {
     t.wait_for(20, "the edited result", |s| s.contains("E-EXIT=0"));
     assert!(canary.exists(), "the edited command did not run");
 }
+
+/// Removes what a deleted account of `uid` left in per-uid runtime folders
+/// (podman's pause pid file, its run root, Lazaret's runtime folder). A
+/// throwaway account gets a reused uid: with a deleted account's pause pid
+/// file in place, podman fails with "cannot re-exec process to join the
+/// existing user namespace". Call it after `useradd` and after `userdel`.
+pub fn clear_uid_leftovers(uid: u32) {
+    for dir in [
+        format!("/tmp/podman-run-{uid}"),
+        format!("/tmp/containers-user-{uid}"),
+        format!("/tmp/run-{uid}"),
+        format!("/dev/shm/lazaret-{uid}"),
+        format!("/dev/shm/libpod_rootless_lock_{uid}"),
+        format!("/run/user/{uid}/libpod"),
+        format!("/run/user/{uid}/containers"),
+    ] {
+        let p = Path::new(&dir);
+        let _ = if p.is_dir() {
+            std::fs::remove_dir_all(p)
+        } else {
+            std::fs::remove_file(p)
+        };
+    }
+}
