@@ -270,3 +270,87 @@ fn root_filesystem_writes_count_against_memory_under_runsc() {
         "no limit-memory record in the audit: {kinds:?}"
     );
 }
+
+/// Under runc the root file system's writes go to the container's layer,
+/// on the host's disk: the coordinator's layer watch walks it (from the
+/// user's podman user namespace, so a folder the agent gave to another id
+/// with mode 0700 hides nothing) and stops the domain past the limit;
+/// teardown removes the layer (issue 26 item 8).
+#[test]
+fn root_filesystem_writes_are_held_to_the_limit_under_runc() {
+    let profile = "lrl";
+    let d = Domain::new(profile);
+    d.add_config(&format!(
+        "[profiles.{profile}]\nimage = \"{}\"\nruntime = \"runc\"\n{LIMITS}\n",
+        common::sandbox::BASE_IMAGE
+    ));
+    let mut holder = hold_up(&d);
+    wait_up(&d);
+    let upper = text(&podman(&[
+        "inspect",
+        "--format",
+        "{{.GraphDriver.Data.UpperDir}}",
+        &d.sandbox(),
+    ]))
+    .0
+    .trim()
+    .to_string();
+    assert!(upper.starts_with('/'), "no upper folder: {upper:?}");
+    assert!(std::path::Path::new(&upper).is_dir(), "{upper}");
+
+    // The positive control: a small write stays, the watch measures it
+    // (`status --json` shows it) and the domain runs on.
+    let (code, out, err) = d.sh(
+        "mkdir -m 700 /var/tmp/hidden && chown 65534:65534 /var/tmp/hidden && head -c 8388608 /dev/zero > /var/tmp/hidden/small && wc -c < /var/tmp/hidden/small",
+    );
+    assert_eq!((code, out.trim()), (0, "8388608"), "{err}");
+    // The user cannot list it from outside the namespace: only a walk from
+    // inside sees it.
+    let listed = common::as_test_user(
+        std::path::Path::new("/bin/ls"),
+        &common::user_home(),
+        STANDARD_PATH,
+        &[],
+    )
+    .arg(format!("{upper}/var/tmp/hidden"))
+    .current_dir("/")
+    .output()
+    .unwrap();
+    assert!(!listed.status.success(), "the hidden folder was listable");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let used = status_of(&d)["layer_used"].as_u64().unwrap_or(0);
+        if used >= 8 * 1024 * 1024 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the layer watch never measured the 8 MiB: {}",
+            status_of(&d)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(d.sh("true").0, 0, "the domain stopped under its limit");
+
+    // The attack: 600 MiB, 1 MiB at a time, in the hidden folder.
+    let (code, out, err) = d.sh(
+        "for i in $(seq 600); do head -c 1048576 /dev/zero >> /var/tmp/hidden/fill || break; sleep 0.01; done; wc -c < /var/tmp/hidden/fill",
+    );
+    eprintln!("fill: exit {code}: {} {}", out.trim(), err.trim());
+    d.wait_until_gone();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    host_is_fine();
+    let audit = d.audit_json();
+    let record = audit
+        .iter()
+        .find(|r| r["kind"] == "limit-disk")
+        .unwrap_or_else(|| panic!("no limit-disk record in the audit: {:?}", audit_kinds(&d)));
+    let bytes = record["data"]["bytes"].as_u64().unwrap_or(0);
+    assert!(bytes > 256 * 1024 * 1024, "{record}");
+    // Teardown removed the layer, and with it what the agent wrote.
+    assert!(
+        !std::path::Path::new(&upper).exists(),
+        "the layer {upper} outlived the domain"
+    );
+}

@@ -178,6 +178,15 @@ enum Command {
         #[arg(long)]
         foreground: bool,
     },
+    /// (internal) Walks a runc sandbox's writable layer and prints
+    /// `BYTES ENTRIES complete|partial` (engine::layer), stopping past
+    /// `--budget` bytes.
+    #[command(hide = true)]
+    LayerUsage {
+        #[arg(long)]
+        budget: u64,
+        dir: PathBuf,
+    },
     /// The egress policy of a domain: show the live table, explain a
     /// decision, or change it while the sandbox runs.
     #[command(subcommand)]
@@ -537,6 +546,10 @@ pub fn run() -> Result<ExitCode> {
             foreground: true,
         } => session::coordinator(&cli.config, &env, &profile, &workspace),
         Command::Coordinator { .. } => session::launch_coordinator(),
+        Command::LayerUsage { budget, dir } => {
+            let usage = crate::engine::layer::measure(&dir, budget)?;
+            print_out(&format!("{}\n", crate::engine::layer::format_usage(&usage)))
+        }
         Command::Net(cmd) => network::net_command(cli.config, &env, &cmd),
         Command::Config(ConfigCommand::Check) => {
             let config = load(cli.config, &env)?;

@@ -200,6 +200,8 @@ fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: boo
         degraded: None,
         limits: String::new(),
         limit_gaps: Vec::new(),
+        memory_used: None,
+        layer_used: None,
         orphaned,
     }
 }

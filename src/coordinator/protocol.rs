@@ -191,6 +191,13 @@ pub struct DomainStatus {
     /// Limits this host does not apply, with why (never silent).
     #[serde(default)]
     pub limit_gaps: Vec<String>,
+    /// The sandbox's memory as the watchdog last measured it (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<u64>,
+    /// Under runc, what its root file system's writes hold on the host's
+    /// disk, as the layer watch last measured it (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_used: Option<u64>,
     /// Found by its containers' labels with no coordinator answering
     /// (`status` fills it; a coordinator never does).
     #[serde(default)]

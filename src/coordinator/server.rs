@@ -70,6 +70,9 @@ struct Shared {
     /// time, so two changes at once never lose one, and the audit log has
     /// them in the order they took effect.
     policy_change: tokio::sync::Mutex<()>,
+    /// What the watchdog and the layer watch last measured (bytes).
+    memory_used: Mutex<Option<u64>>,
+    layer_used: Mutex<Option<u64>>,
 }
 
 /// A connected session that holds the domain up.
@@ -200,6 +203,8 @@ impl Shared {
             }),
             limits: self.resolved.profile.limits.summary(),
             limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
+            memory_used: *self.memory_used.lock().expect("lock"),
+            layer_used: *self.layer_used.lock().expect("lock"),
             orphaned: false,
         }
     }
@@ -360,6 +365,8 @@ async fn serve(
         emergency: Emergency::open(),
         escalation: std::sync::OnceLock::new(),
         policy_change: tokio::sync::Mutex::new(()),
+        memory_used: Mutex::new(None),
+        layer_used: Mutex::new(None),
     });
     shared
         .audit(
@@ -711,18 +718,105 @@ const BLIND_CHECKS: u32 = 10;
 /// a sandbox nobody supervises does not run on. Frees the emergency
 /// descriptors, says so (log, audit, every attached human) and stops the
 /// domain.
-fn lose_supervision(shared: &Arc<Shared>, rt: &tokio::runtime::Handle, why: &str) {
+fn lose_supervision(
+    shared: &Arc<Shared>,
+    rt: &tokio::runtime::Handle,
+    supervisor: &str,
+    why: &str,
+) {
     let freed = shared.emergency.release();
-    let message = format!(
-        "the watchdog could not read the Agent Sandbox for {:.0} s ({why}); stopping the sandbox, since nothing supervises it",
-        (WATCH_INTERVAL * BLIND_CHECKS).as_secs_f64()
-    );
+    let message = format!("{why}; stopping the sandbox, since nothing supervises it");
     Directory(shared.clone()).warn(&message);
     rt.block_on(shared.audit(
         "supervision-lost",
-        serde_json::json!({ "supervisor": "watchdog", "reason": why, "freed_descriptors": freed, "message": message }),
+        serde_json::json!({ "supervisor": supervisor, "reason": why, "freed_descriptors": freed, "message": message }),
     ));
     let _ = shared.shutdown.send(true);
+}
+
+/// How often the layer watch walks a runc sandbox's writable layer, at
+/// the least: a walk that took long waits four times as long before the
+/// next, so the walks cost at most a fifth of one CPU.
+const LAYER_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest one walk may take (it stops at the limit, so only a slow
+/// disk or a stopped walker takes this long).
+const LAYER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Walks in a row that may fail before the coordinator stops the sandbox.
+const LAYER_BLIND_WALKS: u32 = 3;
+
+/// Holds a runc sandbox's root file system writes (its container layer,
+/// on the host's disk) to `limit`: over it, or nested past what a walk
+/// measures, the domain is stopped and the layer removed with it. Runs
+/// until the returned sender is dropped.
+fn start_layer_watch(
+    shared: &Arc<Shared>,
+    watch: crate::engine::layer::LayerWatch,
+    limit: u64,
+) -> std::sync::mpsc::Sender<()> {
+    use crate::engine::limits::show_size;
+    let (alive, stop) = std::sync::mpsc::channel::<()>();
+    let shared = shared.clone();
+    let rt = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        let mut pause = LAYER_INTERVAL;
+        let mut blind = 0u32;
+        loop {
+            if !matches!(
+                stop.recv_timeout(pause),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            let started = Instant::now();
+            let usage = match watch.measure(limit, LAYER_TIMEOUT) {
+                Ok(u) => u,
+                Err(why) => {
+                    blind += 1;
+                    log(&format!("cannot measure the sandbox's layer: {why}"));
+                    if blind >= LAYER_BLIND_WALKS {
+                        lose_supervision(
+                            &shared,
+                            &rt,
+                            "layer watch",
+                            &format!(
+                                "the root file system of the Agent Sandbox could not be measured {blind} times in a row ({why})"
+                            ),
+                        );
+                        return;
+                    }
+                    continue;
+                }
+            };
+            blind = 0;
+            pause = LAYER_INTERVAL.max(started.elapsed() * 4);
+            *shared.layer_used.lock().expect("lock") = Some(usage.bytes);
+            if usage.complete && usage.bytes <= limit {
+                continue;
+            }
+            let message = if usage.bytes > limit {
+                format!(
+                    "the sandbox wrote more than {} to its root file system (outside /tmp, the workspace and persistent folders), its memory limit: stopping the domain, which removes those files",
+                    show_size(limit)
+                )
+            } else {
+                format!(
+                    "the sandbox nested folders more than {} deep in its root file system, which cannot be measured: stopping the domain",
+                    crate::engine::layer::MAX_DEPTH
+                )
+            };
+            Directory(shared.clone()).warn(&message);
+            rt.block_on(shared.audit(
+                "limit-disk",
+                serde_json::json!({
+                    "limit": limit, "bytes": usage.bytes, "entries": usage.entries,
+                    "layer": watch.upper, "message": message,
+                }),
+            ));
+            let _ = shared.shutdown.send(true);
+            return;
+        }
+    });
+    alive
 }
 
 /// Enforces the profile's memory and process limits where no cgroup does
@@ -743,9 +837,35 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
             return;
         }
     };
+    // Under runc the root file system's writes land on the host's disk:
+    // the same limit holds them (gVisor counts them as memory).
+    let layer_alive = if profile.runtime == crate::config::Runtime::Runc {
+        match shared.engine.layer_watch(sandbox) {
+            Ok(watch) => Some(start_layer_watch(shared, watch, profile.limits.memory)),
+            Err(e) => {
+                // Fail closed: writes nothing holds are not allowed to run.
+                let message = e.to_string();
+                Directory(shared.clone()).warn(&message);
+                let s = shared.clone();
+                tokio::spawn(async move {
+                    s.audit(
+                        "supervision-lost",
+                        serde_json::json!({ "supervisor": "layer watch", "reason": message, "message": message }),
+                    )
+                    .await;
+                });
+                let _ = shared.shutdown.send(true);
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let shared = shared.clone();
     let rt = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
+        // Dropped when this thread ends: the layer watch ends with it.
+        let _layer_alive = layer_alive;
         // Checks in a row that could not read the sandbox's processes.
         let mut blind = 0u32;
         loop {
@@ -764,12 +884,24 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
                 if blind < BLIND_CHECKS {
                     continue;
                 }
-                lose_supervision(&shared, &rt, why);
+                lose_supervision(
+                    &shared,
+                    &rt,
+                    "watchdog",
+                    &format!(
+                        "the watchdog could not read the Agent Sandbox for {:.0} s ({why})",
+                        (WATCH_INTERVAL * BLIND_CHECKS).as_secs_f64()
+                    ),
+                );
                 return;
             }
             blind = 0;
             let (event, detail) = match verdict {
-                Verdict::Within(_) | Verdict::Unmeasured(_) => continue,
+                Verdict::Within(usage) => {
+                    *shared.memory_used.lock().expect("lock") = Some(usage.rss);
+                    continue;
+                }
+                Verdict::Unmeasured(_) => continue,
                 Verdict::Gone => {
                     log("the Agent Sandbox is gone; tearing the domain down");
                     let _ = shared.shutdown.send(true);

@@ -9,6 +9,7 @@
 //! by name.
 
 pub mod images;
+pub mod layer;
 pub mod limits;
 pub mod link;
 pub mod seccomp;
@@ -180,6 +181,10 @@ pub enum EngineError {
     Net(#[from] crate::net::NetError),
     #[error("{0}")]
     Link(String),
+    #[error(
+        "cannot find the Agent Sandbox {name}'s writable layer ({detail}), so its writes could not be held to the profile's limit; it was stopped. Lazaret needs podman's overlay storage driver: `lazaret doctor` says how"
+    )]
+    NoLayer { name: String, detail: String },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
@@ -914,6 +919,40 @@ impl Engine {
         let mut dog = limits::Watchdog::new(&started.id, limits, runtime);
         dog.main_pid = started.pid;
         Ok(dog)
+    }
+
+    /// What holds a runc sandbox's root file system writes to its limit:
+    /// the container's upper folder, walked from the user namespace its
+    /// conmon runs in (engine::layer).
+    pub fn layer_watch(&self, sandbox: &Sandbox) -> Result<layer::LayerWatch, EngineError> {
+        let no_layer = |detail: String| EngineError::NoLayer {
+            name: sandbox.name.clone(),
+            detail,
+        };
+        let out = self.podman.run([
+            "container",
+            "inspect",
+            "--format",
+            "{{.State.ConmonPid}} {{.GraphDriver.Data.UpperDir}}",
+            &sandbox.name,
+        ])?;
+        let (conmon, upper) = out
+            .trim()
+            .split_once(' ')
+            .ok_or_else(|| no_layer(format!("podman said `{}`", out.trim())))?;
+        let conmon: i32 = conmon
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| no_layer(format!("no conmon process: `{conmon}`")))?;
+        let upper = PathBuf::from(upper.trim());
+        if !upper.is_absolute() {
+            return Err(no_layer(format!(
+                "podman names no upper folder (`{}`)",
+                upper.display()
+            )));
+        }
+        layer::LayerWatch::new(upper, conmon).map_err(|e| no_layer(e.to_string()))
     }
 
     /// One look at the started domain's containers: the sandbox must run
