@@ -13,6 +13,8 @@
 //!   auto-approve argv-prefix matcher.
 //! - [`client`]: the blocking client used by the binary.
 //! - [`selftest`]: the in-sandbox self-test run at every sandbox start.
+//! - [`session_host`]: the process in the sandbox that holds the domain's
+//!   sessions in PTYs, and its wire format.
 //!
 //! The binary is built static and mounted read-only into every Agent
 //! Sandbox; code it does not call is dropped at link time.
@@ -24,6 +26,7 @@ mod hex;
 pub mod protocol;
 pub mod selftest;
 pub mod server;
+pub mod session_host;
 pub mod signing;
 pub mod trust;
 

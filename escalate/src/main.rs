@@ -180,6 +180,22 @@ fn main() -> ExitCode {
     if raw.first().map(String::as_str) == Some("selftest") {
         return selftest(raw.get(1).map(String::as_str));
     }
+    // The domain's Session Host (started by the coordinator, not for
+    // agents): holds the sessions' PTYs until its connection ends.
+    if raw.first().map(String::as_str) == Some("session-host") {
+        return match (raw.get(1), raw.get(2)) {
+            (Some(socket), Some(token)) => {
+                match lazaret_escalate::session_host::run(socket, token) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(exit::UNAVAILABLE, e),
+                }
+            }
+            _ => fail(
+                exit::USAGE,
+                "usage: lazaret-escalate session-host SOCKET TOKEN",
+            ),
+        };
+    }
     // The Agent Sandbox's PID 1 (the host starts every sandbox with it).
     if raw.first().map(String::as_str) == Some("init") {
         return init(raw.get(1).map(String::as_str));

@@ -183,8 +183,10 @@ enum Command {
     /// `--budget` bytes.
     #[command(hide = true)]
     LayerUsage {
+        /// Stop counting once this many bytes are found.
         #[arg(long)]
         budget: u64,
+        /// The container's upper folder to measure.
         dir: PathBuf,
     },
     /// The egress policy of a domain: show the live table, explain a
