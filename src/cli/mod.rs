@@ -120,6 +120,32 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Attach this terminal to a session that lives in the domain: session
+    /// N (see `lazaret sessions`), the newest one, or a new shell when none
+    /// runs. Prefix then `d` detaches: the session runs on.
+    Attach {
+        /// The session's number in its domain.
+        session: Option<u32>,
+        /// The profile (default: `default_profile`, or the only profile).
+        #[arg(long, short = 'p')]
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+        /// Start a new session even when one runs.
+        #[arg(long, conflicts_with = "session")]
+        new: bool,
+        /// Lazaret's prefix key, e.g. `C-a` (default) or `C-b`.
+        #[arg(long, default_value = "C-a")]
+        prefix: String,
+    },
+    /// List the sessions that live in this user's running domains (they
+    /// outlive the clients that show them), attached or not.
+    Sessions {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List every running domain of this user: profile, workspace, runtime,
     /// sessions, uptime. Works from any folder.
     Status {
@@ -495,7 +521,24 @@ pub fn run() -> Result<ExitCode> {
             domain.profile(),
             domain.workspace(),
             &prefix,
+            crate::client::SessionChoice::Exec,
         )),
+        Command::Attach {
+            session,
+            profile,
+            workspace,
+            new,
+            prefix,
+        } => passing_codes_through(session::attach(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            session,
+            new,
+            &prefix,
+        )),
+        Command::Sessions { json } => session::sessions(&env, json),
         Command::Exec { domain, command } => passing_codes_through(session::exec(
             &cli.config,
             &env,

@@ -38,6 +38,7 @@ pub fn shell(
             profile,
             workspace,
             prefix,
+            crate::client::SessionChoice::Exec,
         );
     }
     run_in_sandbox(
@@ -202,6 +203,7 @@ fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: boo
         limit_gaps: Vec::new(),
         memory_used: None,
         layer_used: None,
+        hosted: Vec::new(),
         orphaned,
     }
 }
@@ -266,14 +268,7 @@ fn uptime(secs: u64) -> String {
 pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
     let rt = runtime()?;
-    let mut domains = Vec::new();
-    for socket in sockets(&rundir) {
-        if let Ok(mut c) = rt.block_on(query(&socket))
-            && let Ok(CoordMsg::Status { domain }) = rt.block_on(c.call(&ClientMsg::Status))
-        {
-            domains.push(domain);
-        }
-    }
+    let mut domains = running_domains(&rt, &rundir);
     // Domains whose teardown left something (decisions.md D8); one that
     // runs again is listed as running.
     let broken: Vec<_> = crate::engine::teardown::broken_domains(&rundir)
@@ -355,12 +350,132 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             visible(&d.workspace)
         );
     }
+    // Sessions that live in a domain run whether or not a client shows
+    // them: say which have none.
+    for d in &domains {
+        let live: Vec<_> = d.hosted.iter().filter(|h| h.exited.is_none()).collect();
+        if live.is_empty() {
+            continue;
+        }
+        let detached = live.iter().filter(|h| h.viewers == 0).count();
+        println!(
+            "{}: {} hosted session(s), {detached} with no client attached (`lazaret sessions` lists them)",
+            d.hash,
+            live.len()
+        );
+    }
     for hash in &manual_hashes {
         println!(
             "{hash}: started by `lazaret sandbox up`, with no Session Coordinator (so no sessions); `lazaret sandbox down` in its folder stops it"
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What every running domain's coordinator says of it.
+fn running_domains(rt: &tokio::runtime::Runtime, rundir: &RuntimeDir) -> Vec<DomainStatus> {
+    let mut domains = Vec::new();
+    for socket in sockets(rundir) {
+        if let Ok(mut c) = rt.block_on(query(&socket))
+            && let Ok(CoordMsg::Status { domain }) = rt.block_on(c.call(&ClientMsg::Status))
+        {
+            domains.push(domain);
+        }
+    }
+    domains
+}
+
+/// `lazaret sessions`: every hosted session of this user's running
+/// domains (decisions.md D14), attached or not.
+pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
+    let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
+    let rt = runtime()?;
+    let domains = running_domains(&rt, &rundir);
+    if json {
+        let mut all = Vec::new();
+        for d in &domains {
+            for h in &d.hosted {
+                let mut v = serde_json::to_value(h)?;
+                v["domain"] = d.hash.clone().into();
+                v["profile"] = d.profile.clone().into();
+                v["workspace"] = d.workspace.clone().into();
+                v["state"] = if h.exited.is_some() {
+                    "exited"
+                } else if h.viewers == 0 {
+                    "detached"
+                } else {
+                    "attached"
+                }
+                .into();
+                all.push(v);
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if domains.iter().all(|d| d.hosted.is_empty()) {
+        println!("no hosted session runs (`lazaret attach` starts one in this folder's domain)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<13} {:<12} {:>3}  {:<10} {:>8} {:>7}  COMMAND",
+        "DOMAIN", "PROFILE", "N", "STATE", "CLIENTS", "PENDING"
+    );
+    for d in &domains {
+        for h in &d.hosted {
+            let state = match h.exited {
+                Some(code) => format!("exited {code}"),
+                None if h.viewers == 0 => "detached".into(),
+                None => "attached".into(),
+            };
+            println!(
+                "{:<13} {:<12} {:>3}  {:<10} {:>8} {:>7}  {}",
+                d.hash,
+                visible(&d.profile),
+                h.id,
+                state,
+                h.viewers,
+                h.pending,
+                visible(&lazaret_escalate::classify::join(&h.argv))
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lazaret attach [N]`: this terminal shows hosted session N of the
+/// domain (or its newest, or a new shell when none runs), until the
+/// session ends or the human detaches (prefix, then `d`).
+pub fn attach(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    profile: Option<&str>,
+    workspace: Option<&Path>,
+    session: Option<u32>,
+    new: bool,
+    prefix: &str,
+) -> Result<ExitCode> {
+    let terminal = nix::unistd::isatty(std::io::stdin()).unwrap_or(false)
+        && nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+    if !terminal {
+        bail!(
+            "`lazaret attach` needs a terminal (stdin and stdout); `lazaret exec` runs a command without one"
+        );
+    }
+    let choice = match (session, new) {
+        (Some(n), _) => crate::client::SessionChoice::Attach(n),
+        (None, true) => crate::client::SessionChoice::Start,
+        (None, false) => crate::client::SessionChoice::Latest,
+    };
+    crate::ui::run(
+        crate::client::Mode::Shell,
+        explicit,
+        env,
+        profile,
+        workspace,
+        prefix,
+        choice,
+    )
 }
 
 /// Fails, naming what is left, when the teardown of `hash` left a

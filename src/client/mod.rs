@@ -33,6 +33,20 @@ pub enum Mode {
     Shell,
 }
 
+/// How a tab's session runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionChoice {
+    /// `podman exec` in a PTY of this client: it ends with the client.
+    Exec,
+    /// A new hosted session (decisions.md D14): it lives in the domain and
+    /// outlives this client.
+    Start,
+    /// Attach to the domain's hosted session with this number.
+    Attach(u32),
+    /// Attach to the domain's newest running hosted session, or start one.
+    Latest,
+}
+
 /// What a new tab runs, and where.
 #[derive(Debug, Clone)]
 pub struct Launch {
@@ -47,6 +61,7 @@ pub struct Launch {
     pub network: lazaret_sidecar::policy::PolicySpec,
     /// What the session is for, as `lazaret status` shows it.
     pub purpose: &'static str,
+    pub session: SessionChoice,
 }
 
 /// Makes the [`Launch`] of a profile and workspace: for the first tab,
@@ -106,6 +121,7 @@ impl Launcher {
             },
             ctx,
             argv,
+            session: SessionChoice::Exec,
         })
     }
 }

@@ -14,14 +14,14 @@ use anyhow::{Context, Result};
 use lazaret_widgets::visible::visible;
 
 use super::context;
-use crate::coordinator::client::{self, Hello};
+pub(crate) use crate::coordinator::anchor::{ExecSpec, SessionAnchor};
+use crate::coordinator::client;
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
     ClientMsg, CoordMsg, DomainStatus, EXIT_STOPPED, FrameError, FrameReader, write_frame,
 };
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
-use lazaret_escalate::signing::SessionKey;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -101,167 +101,6 @@ pub(crate) fn start_cancelled(hash: &str, what: &str, sig: i32) -> ExitCode {
          (`lazaret status` lists the domain until then)."
     );
     ExitCode::from(128 + sig as u8)
-}
-
-/// A Client Session's identity: its id and its Session Anchor key, whose
-/// private half never leaves this process; each exec gets a delegated,
-/// expiring credential (decisions.md D4). Shared by `lazaret shell`/`exec`
-/// and every tab of `lazaret ui`.
-pub(crate) struct SessionAnchor {
-    pub(crate) id: String,
-    key: Arc<SessionKey>,
-}
-
-impl std::fmt::Debug for SessionAnchor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionAnchor")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SessionAnchor {
-    pub(crate) fn new() -> Result<Self> {
-        Ok(SessionAnchor {
-            id: uuid::Uuid::new_v4().to_string(),
-            key: Arc::new(SessionKey::generate().context("cannot create the Session Anchor key")?),
-        })
-    }
-
-    /// The handshake of this session.
-    pub(crate) fn hello(&self, purpose: &str, interactive: bool) -> Hello {
-        Hello {
-            session_id: Some(self.id.clone()),
-            session_key: Some(hex::encode(self.key.public_key().as_bytes())),
-            purpose: purpose.into(),
-            interactive,
-        }
-    }
-
-    /// Publishes this session's delegated credential in the domain's
-    /// certs folder (memory-backed, read-only in the sandbox), where the
-    /// escalation client reads it for every request; renewed at half its
-    /// lifetime while the returned guard lives, removed when it drops. The
-    /// credential never travels in podman's arguments, environment or
-    /// saved container state (decisions.md D4).
-    pub(crate) fn publish_credential(&self, certs_dir: &Path) -> Result<CredentialFile> {
-        let path = certs_dir.join(lazaret_escalate::signing::credential_file_name(&self.id));
-        let write = {
-            let (key, id, path) = (Arc::clone(&self.key), self.id.clone(), path.clone());
-            move || -> Result<()> {
-                use std::os::unix::fs::OpenOptionsExt;
-                let lifetime = credential_lifetime();
-                let expires = lazaret_escalate::signing::unix_now() + lifetime.as_secs();
-                let credential = key
-                    .delegate(&id, expires)
-                    .context("cannot delegate the session credential")?;
-                // Written aside and renamed: a reader never sees half of it.
-                let tmp = path.with_extension("new");
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .with_context(|| format!("cannot write {}", tmp.display()))?;
-                f.write_all(credential.to_env_value().as_bytes())?;
-                std::fs::rename(&tmp, &path)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                Ok(())
-            }
-        };
-        write()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            use std::sync::atomic::Ordering;
-            loop {
-                let until = Instant::now() + credential_lifetime() / 2;
-                while Instant::now() < until {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                if flag.load(Ordering::Relaxed) {
-                    return;
-                }
-                if let Err(e) = write() {
-                    eprintln!("lazaret: cannot renew the session credential: {e:#}");
-                }
-            }
-        });
-        Ok(CredentialFile { path, stop })
-    }
-
-    /// The `podman` command that runs `argv` in `sandbox` as this session:
-    /// its id (the credential itself is in the file
-    /// [`publish_credential`](Self::publish_credential) keeps), the guide,
-    /// and TERM.
-    pub(crate) fn exec_args(
-        &self,
-        sandbox: &str,
-        tty: bool,
-        term: Option<&str>,
-        argv: &[String],
-    ) -> Result<ExecSpec> {
-        let mut args = vec!["exec".to_string(), "--interactive".to_string()];
-        if tty {
-            args.push("--tty".into());
-        }
-        let env = Vec::new();
-        args.push("--env".into());
-        args.push(format!("{}={}", lazaret_escalate::env::SESSION_ID, self.id));
-        args.push("--env".into());
-        args.push(format!(
-            "{}={}",
-            lazaret_escalate::env::GUIDE,
-            lazaret_escalate::GUIDE_PATH
-        ));
-        if let Some(term) = term {
-            args.push("--env".into());
-            args.push(format!("TERM={term}"));
-        }
-        args.push(sandbox.to_string());
-        // Every session process under Lazaret's seccomp rules: runsc
-        // applies the container's profile to its first process only
-        // (decisions.md D8, `lazaret_escalate::confine`).
-        args.push(lazaret_escalate::BINARY_PATH.into());
-        args.push(lazaret_escalate::confine::FLAG.into());
-        args.push("--".into());
-        args.extend(argv.iter().cloned());
-        Ok(ExecSpec { args, env })
-    }
-}
-
-/// A session's published credential: renewed while it lives, removed (and
-/// renewal stopped) when dropped.
-pub(crate) struct CredentialFile {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for CredentialFile {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A `podman exec` of a session: its arguments, and environment variables
-/// for podman itself that `--env NAME` arguments forward.
-#[derive(Clone)]
-pub(crate) struct ExecSpec {
-    pub(crate) args: Vec<String>,
-    pub(crate) env: Vec<(String, String)>,
-}
-
-impl std::fmt::Debug for ExecSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecSpec")
-            .field("args", &self.args)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Runs `argv` in the sandbox through `podman exec`, as one Client Session.
@@ -689,14 +528,6 @@ impl Drop for TerminalGuard {
 
 /// How long a session's delegated credential is valid (it is renewed at
 /// half of it); `LAZARET_CREDENTIAL_LIFETIME_SECS` shortens it for tests.
-fn credential_lifetime() -> Duration {
-    std::env::var("LAZARET_CREDENTIAL_LIFETIME_SECS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&s| s >= 2)
-        .map_or(Duration::from_secs(12 * 3600), Duration::from_secs)
-}
-
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     ExitCode::from(exit_code_of(status))
 }

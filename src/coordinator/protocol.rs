@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -59,6 +59,44 @@ pub enum ClientMsg {
         /// (live)").
         origin: String,
     },
+    /// Start a hosted session (decisions.md D14): `argv` runs in the
+    /// sandbox's Session Host, in a PTY of this size, and lives on when
+    /// this client goes. This connection is attached to it at once.
+    /// Answered `SessionStarted`, then its output.
+    SessionStart {
+        argv: Vec<String>,
+        rows: u16,
+        cols: u16,
+        purpose: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        term: Option<String>,
+    },
+    /// Attach to a hosted session: answered `Screen`, its open prompts,
+    /// then its output as it comes.
+    Attach {
+        session: u32,
+    },
+    Detach {
+        session: u32,
+    },
+    /// Keys and pastes for a hosted session (base64).
+    Input {
+        session: u32,
+        data: String,
+    },
+    /// The session's size from now on (the last client to resize sets
+    /// it; the others get the screen redrawn at that size).
+    Resize {
+        session: u32,
+        rows: u16,
+        cols: u16,
+    },
+    /// End a hosted session (SIGHUP to its process group).
+    EndSession {
+        session: u32,
+    },
+    /// The domain's hosted sessions: answered `Sessions`.
+    Sessions,
 }
 
 /// Coordinator to client.
@@ -135,6 +173,35 @@ pub enum CoordMsg {
     Warning {
         message: String,
     },
+    /// A `SessionStart` ran: this connection is attached to it.
+    SessionStarted {
+        session: crate::coordinator::hosted::HostedInfo,
+    },
+    /// A hosted session's screen as it is now, to draw on a fresh terminal
+    /// of `rows` x `cols`: `history` (scrollback and screen as lines),
+    /// then `state` (the exact screen, modes and cursor).
+    Screen {
+        session: u32,
+        rows: u16,
+        cols: u16,
+        history: String,
+        state: String,
+    },
+    /// Bytes a hosted session wrote (base64): untrusted pane output.
+    Output {
+        session: u32,
+        data: String,
+    },
+    /// A hosted session ended: its exit code, or minus its signal.
+    SessionEnded {
+        session: u32,
+        code: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
+    Sessions {
+        sessions: Vec<crate::coordinator::hosted::HostedInfo>,
+    },
 }
 
 /// Who stopped a domain: the process that sent `Down`, from the control
@@ -198,6 +265,9 @@ pub struct DomainStatus {
     /// disk, as the layer watch last measured it (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_used: Option<u64>,
+    /// Sessions that live in the domain (hosted), attached or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosted: Vec<crate::coordinator::hosted::HostedInfo>,
     /// Found by its containers' labels with no coordinator answering
     /// (`status` fills it; a coordinator never does).
     #[serde(default)]

@@ -16,6 +16,7 @@ use super::escalation::{
     AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
     Setup, ToHuman, Verdict,
 };
+use super::hosted::{Attachments, Hosted};
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, FrameReader, PROTOCOL_VERSION, SessionInfo,
     StoppedBy, read_frame, write_frame,
@@ -73,6 +74,9 @@ struct Shared {
     /// What the watchdog and the layer watch last measured (bytes).
     memory_used: Mutex<Option<u64>>,
     layer_used: Mutex<Option<u64>>,
+    /// Sessions that live in the domain (decisions.md D14), once the host
+    /// socket is open.
+    hosted: std::sync::OnceLock<Arc<Hosted>>,
 }
 
 /// A connected session that holds the domain up.
@@ -205,6 +209,7 @@ impl Shared {
             limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
             memory_used: *self.memory_used.lock().expect("lock"),
             layer_used: *self.layer_used.lock().expect("lock"),
+            hosted: self.hosted.get().map(|h| h.list()).unwrap_or_default(),
             orphaned: false,
         }
     }
@@ -367,6 +372,7 @@ async fn serve(
         policy_change: tokio::sync::Mutex::new(()),
         memory_used: Mutex::new(None),
         layer_used: Mutex::new(None),
+        hosted: std::sync::OnceLock::new(),
     });
     shared
         .audit(
@@ -382,6 +388,32 @@ async fn serve(
         }
         None => None,
     };
+
+    // The Session Host's socket too: the sandbox sees the folder as it was
+    // when it started.
+    {
+        let anchor = &shared.resolved.domain;
+        let dir = anchor.escalation_dir(&shared.engine.socket_dir);
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let (hosted, mut ended) = Hosted::open(&dir, &anchor.certs_dir(&shared.engine.rundir))
+            .with_context(|| {
+                format!("cannot open the Session Host's socket in {}", dir.display())
+            })?;
+        let _ = shared.hosted.set(hosted);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some(e) = ended.recv().await {
+                shared.hosted_ended(e.id, &e.session_id, Some(e.code)).await;
+            }
+        });
+    }
 
     // The self-test probes the Escalation Socket without a certificate.
     let probed = escalation_task
@@ -463,6 +495,17 @@ async fn serve(
                         up["escalation_probe"] = probe_outcome(seen).into();
                     }
                     shared.audit("domain-up", up).await;
+                    if let Some(hosted) = shared.hosted.get() {
+                        hosted.set_sandbox(&sandbox.name);
+                        // Started now, so that a new session need not
+                        // wait for a `podman exec`.
+                        let hosted = hosted.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = hosted.prepare().await {
+                                log(&e);
+                            }
+                        });
+                    }
                     *shared.sandbox.lock().expect("lock") = Some(sandbox);
                     let _ = boot_tx.send(Boot::Ready);
                 }
@@ -566,6 +609,9 @@ async fn serve(
             .escalation_dir(&shared.engine.socket_dir)
             .join("escalate.sock"),
     );
+    if let Some(hosted) = shared.hosted.get() {
+        let _ = std::fs::remove_file(hosted.socket());
+    }
     // The Trust Anchor's client material dies with the domain.
     let _ = std::fs::remove_dir_all(shared.resolved.domain.certs_dir(&shared.engine.rundir));
     // The record says whether the teardown was verified complete.
@@ -588,6 +634,46 @@ async fn serve(
 }
 
 impl Shared {
+    /// Takes a session off the table: whether it was there, how many
+    /// remain, and its prompts still waiting (for the caller to deny).
+    fn remove_session(&self, conn: u64) -> (bool, usize, Vec<PendingPrompt>) {
+        let mut s = self.sessions.lock().expect("lock");
+        let removed = s.remove(&conn).is_some();
+        let mut pending = self.pending.lock().expect("lock");
+        let ids: Vec<String> = pending
+            .iter()
+            .filter(|(_, p)| p.conn == conn)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let orphans = ids.iter().filter_map(|id| pending.remove(id)).collect();
+        (removed, s.len(), orphans)
+    }
+
+    /// A hosted session ended (or never started): it no longer holds the
+    /// domain up, its unanswered prompts are denied, and the last session
+    /// of the domain takes it down. Idempotent.
+    async fn hosted_ended(&self, id: u32, session_id: &str, code: Option<i32>) {
+        let conn = super::hosted::CONN_BASE + u64::from(id);
+        let (removed, remaining, orphans) = self.remove_session(conn);
+        for p in orphans {
+            let _ = p.answer.send(Verdict::Deny {
+                reason: Some("the session ended before its human decided".into()),
+            });
+        }
+        if !removed {
+            return;
+        }
+        if remaining == 0 {
+            log("last session ended");
+            let _ = self.shutdown.send(true);
+        }
+        self.audit(
+            "session-end",
+            serde_json::json!({ "session_id": session_id, "hosted": id, "code": code }),
+        )
+        .await;
+    }
+
     /// A `PolicyChange` from `by`: applied in the Network Sidecar (under
     /// `policy_change`), audited as `policy-change` whatever became of it,
     /// and answered with the table after it or why nothing changed.
@@ -1116,20 +1202,11 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
         }
     }
     let result = serve_session(&shared, &mut stream, human_rx, conn).await;
+    if let Some(hosted) = shared.hosted.get() {
+        hosted.detach_all(conn);
+    }
     if let Some(info) = holder {
-        let (remaining, orphans) = {
-            let mut s = shared.sessions.lock().expect("lock");
-            s.remove(&conn);
-            let mut pending = shared.pending.lock().expect("lock");
-            let ids: Vec<String> = pending
-                .iter()
-                .filter(|(_, p)| p.conn == conn)
-                .map(|(id, _)| id.clone())
-                .collect();
-            let orphans: Vec<PendingPrompt> =
-                ids.iter().filter_map(|id| pending.remove(id)).collect();
-            (s.len(), orphans)
-        };
+        let (_, remaining, orphans) = shared.remove_session(conn);
         // Its unanswered prompts are denied (and audited as such by the
         // Escalation Socket): the requester is not left waiting.
         for p in orphans {
@@ -1159,7 +1236,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
     }
 }
 
-fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
+pub(super) fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
     let bytes: Vec<u8> = (0..hex.len())
         .step_by(2)
         .map(|i| {
@@ -1232,9 +1309,23 @@ async fn serve_session(
     let (r, mut w) = stream.split();
     let stream = &mut w;
     let mut frames = FrameReader::new(r);
+    // Hosted sessions this connection is attached to send through this.
+    let mut attached = Attachments::new();
     loop {
         let msg = tokio::select! {
             m = frames.next::<ClientMsg>() => m?,
+            Some(news) = attached.rx.recv() => {
+                write_frame(stream, &news).await?;
+                while let Ok(news) = attached.rx.try_recv() {
+                    write_frame(stream, &news).await?;
+                }
+                if attached.lagged()
+                    && let Some(hosted) = shared.hosted.get()
+                {
+                    hosted.resync(conn, &attached);
+                }
+                continue;
+            }
             Some(news) = async { match human.as_mut() { Some(h) => h.recv().await, None => None } } => {
                 let msg = match news {
                     ToHuman::Prompt(prompt) => CoordMsg::Prompt { prompt },
@@ -1345,20 +1436,95 @@ async fn serve_session(
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),
             },
+            ClientMsg::Sessions => CoordMsg::Sessions {
+                sessions: shared.hosted.get().map(|h| h.list()).unwrap_or_default(),
+            },
+            ClientMsg::SessionStart {
+                argv,
+                rows,
+                cols,
+                purpose,
+                term,
+            } => {
+                let by = stopped_by(frames.get_ref().as_ref());
+                let new = super::hosted::NewSession {
+                    argv,
+                    rows,
+                    cols,
+                    purpose,
+                    term,
+                };
+                shared.start_hosted(new, conn, &attached, by).await
+            }
+            ClientMsg::Attach { session } => {
+                match shared
+                    .hosted
+                    .get()
+                    .map(|h| h.attach(session, conn, &attached))
+                {
+                    Some(Ok(())) => continue,
+                    Some(Err(message)) => CoordMsg::Error { message },
+                    None => no_hosting(),
+                }
+            }
+            ClientMsg::Detach { session } => {
+                if let Some(h) = shared.hosted.get() {
+                    h.detach(session, conn);
+                }
+                continue;
+            }
+            ClientMsg::Input { session, data } => {
+                if let (Some(h), Ok(bytes)) = (shared.hosted.get(), super::hosted::decode(&data)) {
+                    // A session that ended meanwhile: its keys go nowhere.
+                    let _ = h.input(session, &bytes).await;
+                }
+                continue;
+            }
+            ClientMsg::Resize {
+                session,
+                rows,
+                cols,
+            } => {
+                if let Some(h) = shared.hosted.get() {
+                    let _ = h.resize(session, rows, cols, conn).await;
+                }
+                continue;
+            }
+            ClientMsg::EndSession { session } => match shared.hosted.get() {
+                Some(h) => match h.hang_up(session).await {
+                    Ok(()) => continue,
+                    Err(message) => CoordMsg::Error { message },
+                },
+                None => no_hosting(),
+            },
             ClientMsg::Decision {
                 request_id,
                 verdict,
             } => {
-                // Only the connection the prompt was sent to decides it.
+                // Only the connection the prompt was sent to decides it;
+                // a hosted session's prompt, any of the user's clients
+                // (this socket is the user's alone), the first to answer.
                 let taken = {
                     let mut pending = shared.pending.lock().expect("lock");
                     match pending.get(&request_id) {
-                        Some(p) if p.conn == conn => pending.remove(&request_id),
+                        Some(p) if p.conn == conn || p.conn >= super::hosted::CONN_BASE => {
+                            pending.remove(&request_id)
+                        }
                         _ => None,
                     }
                 };
                 match taken {
                     Some(p) => {
+                        if p.conn >= super::hosted::CONN_BASE {
+                            let by = stopped_by(frames.get_ref().as_ref());
+                            log(&format!(
+                                "request {request_id} of a hosted session answered by `{}` (pid {})",
+                                by.command, by.pid
+                            ));
+                            if let Some(h) = shared.hosted.get() {
+                                h.answered(&request_id, conn);
+                            }
+                        }
                         let _ = p.answer.send(verdict);
                     }
                     None => log(&format!(
@@ -1369,6 +1535,67 @@ async fn serve_session(
             }
         };
         write_frame(stream, &reply).await?;
+    }
+}
+
+fn no_hosting() -> CoordMsg {
+    CoordMsg::Error {
+        message: "this domain's coordinator cannot host sessions".into(),
+    }
+}
+
+impl Shared {
+    /// A `SessionStart` from `by` (on connection `conn`, attached to it).
+    async fn start_hosted(
+        &self,
+        new: super::hosted::NewSession,
+        conn: u64,
+        attached: &Attachments,
+        by: StoppedBy,
+    ) -> CoordMsg {
+        let purpose = new.purpose.clone();
+        let Some(hosted) = self.hosted.get() else {
+            return no_hosting();
+        };
+        if *self.shutdown.borrow() {
+            return self.shutting_down();
+        }
+        let started = match hosted.start(new, conn, attached).await {
+            Ok(s) => s,
+            Err(message) => return CoordMsg::Error { message },
+        };
+        let id = started.info.id;
+        self.sessions.lock().expect("lock").insert(
+            super::hosted::CONN_BASE + u64::from(id),
+            LiveSession {
+                info: SessionInfo {
+                    session_id: started.session_id.clone(),
+                    pid: 0,
+                    purpose: format!("{purpose} (hosted {id})"),
+                },
+                key: Some(started.key),
+                human: Some(started.human),
+            },
+        );
+        self.audit(
+            "session-start",
+            serde_json::json!({
+                "session_id": started.session_id,
+                "hosted": id,
+                "argv": started.info.argv,
+                "purpose": purpose,
+                "by": by.command,
+                "pid": by.pid,
+            }),
+        )
+        .await;
+        // It may have ended before it was in the table.
+        if !hosted.is_live(id) {
+            self.hosted_ended(id, &started.session_id, None).await;
+        }
+        CoordMsg::SessionStarted {
+            session: started.info,
+        }
     }
 }
 

@@ -133,6 +133,8 @@ pub struct App {
     failure: Option<String>,
     /// Someone else stopped `lazaret shell`'s domain (`lazaret down`).
     pub stopped: Option<StoppedBy>,
+    /// The human detached (`prefix d`): hosted sessions run on.
+    pub detached: bool,
     seen: Vec<Seen>,
     audit: Vec<AuditEntry>,
     message: Option<String>,
@@ -198,6 +200,7 @@ impl App {
             audit: Vec::new(),
             message: None,
             quit: false,
+            detached: false,
             dirty: true,
             cursor_style: None,
             stdout_terminal: false,
@@ -256,6 +259,8 @@ impl App {
             return;
         }
         let mut tab = self.tabs.remove(index);
+        // Closing a tab ends its session; leaving the UI does not.
+        tab.end_session();
         // Requests it leaves unanswered are denied by the coordinator when
         // the session goes.
         for p in &tab.prompts {
@@ -277,7 +282,20 @@ impl App {
         self.refresh_domains();
     }
 
-    /// Ends every shell, then closes every control stream.
+    /// Hosted sessions the tabs show that still run (they outlive the UI).
+    pub fn running_hosted(&self) -> Vec<(String, u32)> {
+        self.tabs
+            .iter()
+            .filter_map(|t| {
+                let h = t.hosted.as_ref()?;
+                let n = h.session.load(Ordering::Acquire);
+                (n != 0 && !h.ended()).then(|| (t.title.clone(), n))
+            })
+            .collect()
+    }
+
+    /// Ends every shell, then closes every control stream (hosted
+    /// sessions run on).
     pub fn shutdown(&mut self) {
         for t in &mut self.tabs {
             t.close();
@@ -485,6 +503,14 @@ impl App {
                     if let Err(e) = t.spawn_shell(&args, tx) {
                         t.failed(&format!("{e:#}"));
                     }
+                }
+                self.dirty = true;
+                self.refresh_domains();
+            }
+            Ev::Hosted(id, domain, _session) => {
+                if let Some(t) = self.tab_mut(id) {
+                    t.domain = Some(*domain);
+                    t.phase = Phase::Running;
                 }
                 self.dirty = true;
                 self.refresh_domains();

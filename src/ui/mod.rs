@@ -45,6 +45,8 @@ pub enum Ev {
         Box<crate::client::session::ExecSpec>,
     ),
     Failed(u64, String),
+    /// A hosted session shows in the tab (started or attached): its number.
+    Hosted(u64, Box<DomainStatus>, u32),
     Coord(u64, Box<CoordMsg>),
     ControlClosed(u64),
     /// The tab's coordinator went away; the tab reconnects.
@@ -198,6 +200,7 @@ pub fn run(
     profile: Option<&str>,
     workspace: Option<&Path>,
     prefix: &str,
+    session: crate::client::SessionChoice,
 ) -> Result<ExitCode> {
     let prefix_key = parse_prefix(prefix)?;
     let launcher = Launcher::new(mode, explicit, env)?;
@@ -205,7 +208,9 @@ pub fn run(
         Some(p) => p.to_path_buf(),
         None => crate::client::current_dir()?,
     };
-    let launch = launcher.launch(profile, &workspace)?;
+    let mut launch = launcher.launch(profile, &workspace)?;
+    launch.session = session;
+    let domain_hash = launch.ctx.anchor.hash().to_string();
     // What is known now is said now, not after the sandbox fails to boot.
     crate::client::preboot(
         &launcher.config,
@@ -300,6 +305,8 @@ pub fn run(
     let result = app.run(&mut term, &rx);
     let outcome = app.outcome();
     let stopped = app.stopped.take();
+    let detached = app.detached;
+    let running = app.running_hosted();
     // Shells first (their PTY writers must outlive them), then the control
     // streams: the last session out tears the domain down.
     app.shutdown();
@@ -315,6 +322,16 @@ pub fn run(
         let mut out = std::io::stdout();
         let _ = out.write_all(pane.transcript().as_bytes());
         let _ = out.flush();
+    }
+    // Said every time: which sessions run on without this client.
+    for (title, n) in &running {
+        eprintln!(
+            "lazaret: session {n} ({title}) of domain {} keeps running: `lazaret attach {n}` returns to it, `lazaret down` ends it",
+            &domain_hash[..domain_hash.len().min(12)]
+        );
+    }
+    if detached {
+        return Ok(ExitCode::SUCCESS);
     }
     // Said on the terminal the shell returns to, after its screen is gone.
     if let Some(by) = stopped {

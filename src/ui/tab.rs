@@ -15,14 +15,15 @@ use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Ev;
-use crate::client::Launch;
 use crate::client::approval::{Approval, Approving};
 use crate::client::session::SessionAnchor;
 use crate::client::terminal::paint;
+use crate::client::{Launch, SessionChoice};
 use crate::coordinator::client::{self};
 use crate::coordinator::escalation::Prompt;
+use crate::coordinator::hosted;
 use crate::coordinator::protocol::{
-    ClientMsg, CoordMsg, DomainStatus, StoppedBy, read_frame, write_frame,
+    ClientMsg, CoordMsg, DomainStatus, FrameReader, StoppedBy, read_frame, write_frame,
 };
 
 /// Rows of scrollback each pane keeps.
@@ -240,6 +241,32 @@ pub struct Tab {
     /// Who stopped the domain under this tab, set by its control thread as
     /// soon as the coordinator says so (before the shell's end is seen).
     pub stopped_by: Arc<Mutex<Option<StoppedBy>>>,
+    /// A hosted session's side of the tab (its shell lives in the domain).
+    pub hosted: Option<Arc<HostedPane>>,
+}
+
+/// A tab showing a hosted session: which one, the size this client
+/// wants, and how the session ended.
+#[derive(Debug, Default)]
+pub struct HostedPane {
+    /// The session's number, once started or attached (0 before).
+    pub session: std::sync::atomic::AtomicU32,
+    /// The pane's own size; the session may have another client's.
+    want: Mutex<(u16, u16)>,
+    code: Mutex<Option<i32>>,
+}
+
+impl HostedPane {
+    pub fn ended(&self) -> bool {
+        self.code.lock().expect("lock").is_some()
+    }
+
+    fn id(&self) -> Option<u32> {
+        match self.session.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n),
+        }
+    }
 }
 
 impl Tab {
@@ -280,6 +307,13 @@ impl Tab {
         let failed = tx.clone();
         let stopped_by = Arc::new(Mutex::new(None));
         let stopped = Arc::clone(&stopped_by);
+        let hosted = (launch.session != SessionChoice::Exec).then(|| {
+            let h = HostedPane::default();
+            *h.want.lock().expect("lock") = (rows.max(1), cols.max(1));
+            Arc::new(h)
+        });
+        let woke = Arc::new(AtomicBool::new(false));
+        let pane = hosted.clone().map(|h| (h, state.clone(), woke.clone()));
         let control = std::thread::Builder::new()
             .name(format!("control-{id}"))
             .spawn(move || {
@@ -287,7 +321,9 @@ impl Tab {
                     .enable_all()
                     .build()
                 {
-                    Ok(rt) => rt.block_on(control(id, launch, preconnected, out_rx, tx, stopped)),
+                    Ok(rt) => {
+                        rt.block_on(control(id, launch, preconnected, out_rx, tx, stopped, pane));
+                    }
                     Err(e) => {
                         let _ = tx.send(Ev::Failed(id, format!("no async runtime: {e}")));
                     }
@@ -305,7 +341,7 @@ impl Tab {
             title,
             phase: Phase::Connecting,
             state,
-            woke: Arc::new(AtomicBool::new(false)),
+            woke,
             pty: None,
             outbound: Some(outbound),
             control,
@@ -314,6 +350,7 @@ impl Tab {
             launch: launch_copy,
             started: Instant::now(),
             stopped_by,
+            hosted,
         }
     }
 
@@ -393,6 +430,12 @@ impl Tab {
     /// `None` when it never started or is still running after `patience`
     /// (the PTY closes a moment before `podman exec` exits).
     pub fn exit_code(&mut self, patience: Duration) -> Option<u8> {
+        if let Some(h) = &self.hosted {
+            return h.code.lock().expect("lock").map(|c| match c {
+                c if c >= 0 => c.min(255) as u8,
+                c => 128u8.saturating_add(c.unsigned_abs().min(127) as u8),
+            });
+        }
         let child = &mut self.pty.as_mut()?.child;
         let deadline = Instant::now() + patience;
         loop {
@@ -410,6 +453,10 @@ impl Tab {
     /// Under gVisor, `podman exec` of a missing program fails with 255 and
     /// an opaque runtime error; this asks the sandbox's shell instead.
     pub fn command_missing(&self) -> bool {
+        if self.hosted.is_some() {
+            // The Session Host says so itself, when the start fails.
+            return false;
+        }
         let (Some(domain), Some(program)) = (&self.domain, self.launch.argv.first()) else {
             return false;
         };
@@ -431,6 +478,25 @@ impl Tab {
         if bytes.is_empty() {
             return;
         }
+        if let Some(h) = &self.hosted {
+            let Some(session) = h.id() else { return };
+            // The client that types sets the session's size (the rule in
+            // docs/user-guide.md): take it back if another client changed it.
+            let want = *h.want.lock().expect("lock");
+            if self.state.size() != want {
+                self.state.resize(want.0, want.1);
+                self.send(ClientMsg::Resize {
+                    session,
+                    rows: want.0,
+                    cols: want.1,
+                });
+            }
+            self.send(ClientMsg::Input {
+                session,
+                data: hosted::encode(bytes),
+            });
+            return;
+        }
         if let Some(pty) = &self.pty
             && let Ok(mut w) = pty.writer.lock()
         {
@@ -443,6 +509,22 @@ impl Tab {
     /// across both, so the child's redraw is parsed at the new size).
     pub fn resize(&self, rows: u16, cols: u16) {
         let (rows, cols) = (rows.max(1), cols.max(1));
+        if let Some(h) = &self.hosted {
+            let mut want = h.want.lock().expect("lock");
+            if *want == (rows, cols) {
+                return;
+            }
+            *want = (rows, cols);
+            self.state.resize(rows, cols);
+            if let Some(session) = h.id() {
+                self.send(ClientMsg::Resize {
+                    session,
+                    rows,
+                    cols,
+                });
+            }
+            return;
+        }
         if self.state.size() == (rows, cols) {
             return;
         }
@@ -464,6 +546,13 @@ impl Tab {
     pub fn send(&self, msg: ClientMsg) {
         if let Some(out) = &self.outbound {
             let _ = out.send(msg);
+        }
+    }
+
+    /// Ends a hosted session (the tab is closed, not left).
+    pub fn end_session(&self) {
+        if let Some(session) = self.hosted.as_ref().and_then(|h| h.id()) {
+            self.send(ClientMsg::EndSession { session });
         }
     }
 
@@ -500,6 +589,7 @@ async fn control(
     mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
     tx: std::sync::mpsc::Sender<Ev>,
     stopped: Arc<Mutex<Option<StoppedBy>>>,
+    pane: Option<HostedParts>,
 ) {
     let connected = match preconnected {
         Some(p) => tokio::net::UnixStream::from_std(p.stream)
@@ -517,6 +607,16 @@ async fn control(
             return;
         }
     };
+    if let Some(pane) = pane {
+        // The session's credential is the coordinator's to publish.
+        drop(session);
+        let why = hosted_session(id, &launch, client, out_rx, &tx, &stopped, pane).await;
+        if let Err(why) = why {
+            let _ = tx.send(Ev::Failed(id, why));
+        }
+        let _ = tx.send(Ev::ControlClosed(id));
+        return;
+    }
     // Renewed for as long as the tab's control stream lives.
     let _credential = match session.publish_credential(&launch.ctx.certs_dir) {
         Ok(c) => c,
@@ -601,6 +701,157 @@ async fn control(
         }
     }
     let _ = tx.send(Ev::ControlClosed(id));
+}
+
+/// What the control thread of a hosted tab shares with the tab.
+type HostedParts = (Arc<HostedPane>, Arc<PaneState>, Arc<AtomicBool>);
+
+/// A hosted tab's control stream: start or attach, then the session's
+/// screen and output into the pane (parsed here, in order with resizes),
+/// the pane's keys out, and the domain's news to the UI. Ends when the
+/// session ends, the UI drops the tab, or the coordinator goes.
+async fn hosted_session(
+    id: u64,
+    launch: &Launch,
+    client: client::Client,
+    mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
+    tx: &std::sync::mpsc::Sender<Ev>,
+    stopped: &Mutex<Option<StoppedBy>>,
+    (pane, state, woke): HostedParts,
+) -> std::result::Result<(), String> {
+    let (r, mut w) = client.stream.into_split();
+    let mut frames = FrameReader::new(r);
+    let lost = |e: crate::coordinator::protocol::FrameError| {
+        format!("the connection to the Session Coordinator failed: {e}")
+    };
+    let (rows, cols) = *pane.want.lock().expect("lock");
+    let mut choice = launch.session;
+    if choice == SessionChoice::Latest {
+        write_frame(&mut w, &ClientMsg::Sessions)
+            .await
+            .map_err(lost)?;
+        choice = loop {
+            match frames.next::<CoordMsg>().await.map_err(lost)? {
+                CoordMsg::Sessions { sessions } => {
+                    break sessions
+                        .iter()
+                        .filter(|s| s.exited.is_none())
+                        .max_by_key(|s| s.id)
+                        .map_or(SessionChoice::Start, |s| SessionChoice::Attach(s.id));
+                }
+                CoordMsg::Error { message } => return Err(message),
+                msg => {
+                    let _ = tx.send(Ev::Coord(id, Box::new(msg)));
+                }
+            }
+        };
+    }
+    match choice {
+        SessionChoice::Attach(session) => {
+            // Sized first, so the screen comes at this pane's size.
+            for msg in [
+                ClientMsg::Resize {
+                    session,
+                    rows,
+                    cols,
+                },
+                ClientMsg::Attach { session },
+            ] {
+                write_frame(&mut w, &msg).await.map_err(lost)?;
+            }
+            pane.session.store(session, Ordering::Release);
+        }
+        _ => {
+            let start = ClientMsg::SessionStart {
+                argv: launch.argv.clone(),
+                rows,
+                cols,
+                purpose: launch.purpose.to_string(),
+                term: Some("xterm-256color".into()),
+            };
+            write_frame(&mut w, &start).await.map_err(lost)?;
+        }
+    }
+    let wake = |woke: &AtomicBool| {
+        if !woke.swap(true, Ordering::AcqRel) {
+            let _ = tx.send(Ev::Output(id));
+        }
+    };
+    let mut up = false;
+    loop {
+        let msg = tokio::select! {
+            m = frames.next::<CoordMsg>() => m.map_err(lost)?,
+            out = out_rx.recv() => match out {
+                Some(msg) => {
+                    write_frame(&mut w, &msg).await.map_err(lost)?;
+                    continue;
+                }
+                // The UI let the tab go: the session lives on.
+                None => return Ok(()),
+            },
+        };
+        let mine = |s: u32| pane.id() == Some(s);
+        match msg {
+            CoordMsg::SessionStarted { session } if !up => {
+                pane.session.store(session.id, Ordering::Release);
+                up = true;
+                let _ = tx.send(Ev::Hosted(id, Box::new(client.domain.clone()), session.id));
+            }
+            CoordMsg::Screen {
+                session,
+                rows,
+                cols,
+                history,
+                state: screen,
+            } if mine(session) => {
+                // A fresh screen: what it answers to queries is not sent.
+                state.process(b"\x1bc");
+                state.resize(rows, cols);
+                state.process(history.as_bytes());
+                state.process(screen.as_bytes());
+                if !up {
+                    up = true;
+                    let _ = tx.send(Ev::Hosted(id, Box::new(client.domain.clone()), session));
+                }
+                wake(&woke);
+            }
+            CoordMsg::Output { session, data } if mine(session) => {
+                let bytes = hosted::decode(&data)?;
+                let answer = state.process(&bytes);
+                if !answer.is_empty() {
+                    let reply = ClientMsg::Input {
+                        session,
+                        data: hosted::encode(&answer),
+                    };
+                    write_frame(&mut w, &reply).await.map_err(lost)?;
+                }
+                wake(&woke);
+            }
+            CoordMsg::SessionEnded { session, code, why } if mine(session) => {
+                if let Some(why) = why {
+                    state.process(paint(&format!("\r\nlazaret: {}\r\n", crlf(&why))).as_bytes());
+                }
+                *pane.code.lock().expect("lock") = Some(code);
+                let _ = tx.send(Ev::Exited(id));
+                return Ok(());
+            }
+            CoordMsg::Error { message } if !up => return Err(message),
+            msg => {
+                if let CoordMsg::ShuttingDown { stopped_by } = &msg {
+                    if let Some(by) = stopped_by {
+                        *stopped.lock().expect("lock") = Some(by.clone());
+                    }
+                    *pane.code.lock().expect("lock") = Some(-9);
+                    let _ = tx.send(Ev::Coord(id, Box::new(msg)));
+                    let _ = tx.send(Ev::Exited(id));
+                    return Ok(());
+                }
+                if tx.send(Ev::Coord(id, Box::new(msg))).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
 }
 
 /// A new session for the tab, connected once its domain is up (the boot

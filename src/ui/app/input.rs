@@ -252,6 +252,10 @@ impl App {
             match key.code {
                 KeyCode::Char('?') => self.help = true,
                 KeyCode::Char('q') => self.quit = true,
+                KeyCode::Char('d') if self.tabs.iter().any(|t| t.hosted.is_some()) => {
+                    self.detached = true;
+                    self.quit = true;
+                }
                 _ => {}
             }
             return;

@@ -1,0 +1,789 @@
+//! Hosted sessions (decisions.md D14): a session's process and PTY live in
+//! the domain's Session Host inside the sandbox, its screen (grid and
+//! bounded scrollback) lives here, and any of the user's clients attaches
+//! to it and leaves again; the session runs on without them.
+//!
+//! The Session Host is inside the agent's reach: what it sends is untrusted
+//! pane output, parsed here only into a screen, and handed to clients as
+//! bytes for their pane (or the plain terminal's output filter). It holds
+//! no authority: each session's escalation credential is published here,
+//! by the coordinator, and its prompts go to the user's attached clients.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU16;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures_util::StreamExt;
+use lazaret_escalate::session_host::{self as wire, Frame, Spawn, kind};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+use super::anchor::{CredentialFile, SessionAnchor};
+use super::escalation::{Prompt, ToHuman};
+use super::protocol::CoordMsg;
+
+/// Rows of scrollback kept per session, besides its screen.
+pub const SCROLLBACK_ROWS: usize = 2_000;
+/// Messages queued for one client before it is counted as lagging: it
+/// then gets a fresh screen once it has read what was queued.
+const VIEWER_QUEUE: usize = 1024;
+/// How long the Session Host has to connect after it was started.
+const HOST_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a session's start may take inside the sandbox.
+const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
+/// Connections to the host socket that have not yet shown the token: the
+/// agent can reach the socket, and may not hold more than this.
+const MAX_UNGREETED: usize = 4;
+/// Connection numbers of hosted sessions in the coordinator's session
+/// table start here (client connections count up from 1).
+pub const CONN_BASE: u64 = 1 << 48;
+
+/// Base64 for the bytes a JSON frame carries.
+pub fn encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("not base64: {e}"))
+}
+
+/// What `lazaret sessions` shows of one hosted session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostedInfo {
+    /// Small and stable within the domain: `lazaret attach N`.
+    pub id: u32,
+    pub purpose: String,
+    pub argv: Vec<String>,
+    /// Seconds since the epoch.
+    pub started: u64,
+    pub rows: u16,
+    pub cols: u16,
+    /// Clients attached now.
+    pub viewers: u32,
+    /// Escalation requests waiting for a human.
+    pub pending: u32,
+    /// Its exit code, or minus the signal that ended it; `None` while it
+    /// runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited: Option<i32>,
+}
+
+/// One attached client: its queue, and whether it missed messages.
+#[derive(Debug, Clone)]
+struct Viewer {
+    tx: mpsc::Sender<CoordMsg>,
+    lagged: Arc<AtomicBool>,
+}
+
+impl Viewer {
+    fn send(&self, msg: CoordMsg) {
+        if self.lagged.load(Ordering::Acquire) {
+            return;
+        }
+        if self.tx.try_send(msg).is_err() {
+            self.lagged.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A client connection's side of its attachments: messages for it, and
+/// whether it fell behind (it then asks [`Hosted::resync`]).
+#[derive(Debug)]
+pub struct Attachments {
+    pub rx: mpsc::Receiver<CoordMsg>,
+    viewer: Viewer,
+}
+
+impl Attachments {
+    pub fn new() -> Attachments {
+        let (tx, rx) = mpsc::channel(VIEWER_QUEUE);
+        Attachments {
+            rx,
+            viewer: Viewer {
+                tx,
+                lagged: Arc::default(),
+            },
+        }
+    }
+
+    pub fn lagged(&self) -> bool {
+        self.viewer.lagged.load(Ordering::Acquire)
+    }
+}
+
+impl Default for Attachments {
+    fn default() -> Self {
+        Attachments::new()
+    }
+}
+
+struct Session {
+    info: HostedInfo,
+    /// Its `LAZARET_SESSION_ID`: the escalation client names it.
+    session_id: String,
+    parser: vt100::Parser,
+    viewers: BTreeMap<u64, Viewer>,
+    /// Prompts waiting for a human, shown to every client that attaches.
+    prompts: Vec<Prompt>,
+    /// Removed (and renewal stopped) when the session ends.
+    credential: Option<CredentialFile>,
+}
+
+impl Session {
+    fn screen(&self) -> CoordMsg {
+        let screen = self.parser.screen();
+        let mut history = String::new();
+        if !screen.alternate_screen() {
+            let _ = screen.write_contents_formatted_basic(
+                &mut history,
+                vt100::capture::BasicFormattedCaptureRange::Full(&mut Default::default()),
+            );
+        }
+        CoordMsg::Screen {
+            session: self.info.id,
+            rows: self.info.rows,
+            cols: self.info.cols,
+            history: history.replace('\n', "\r\n"),
+            state: screen.state_formatted(),
+        }
+    }
+
+    fn broadcast(&self, msg: &CoordMsg) {
+        for v in self.viewers.values() {
+            v.send(msg.clone());
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Frames for the Session Host, while it is connected.
+    link: Option<mpsc::Sender<Frame>>,
+    /// What the host we started must say first.
+    token: Option<String>,
+    /// Counts host connections: a session belongs to the one it started in.
+    generation: u64,
+    next_id: u32,
+    sessions: BTreeMap<u32, Session>,
+    spawns: BTreeMap<u32, oneshot::Sender<Result<u32, String>>>,
+}
+
+/// What a `SessionStart` asks for.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub argv: Vec<String>,
+    pub rows: u16,
+    pub cols: u16,
+    pub purpose: String,
+    pub term: Option<String>,
+}
+
+/// A hosted session's start, for the coordinator's session table: its
+/// escalation identity and where its prompts go.
+#[derive(Debug)]
+pub struct Started {
+    pub info: HostedInfo,
+    pub session_id: String,
+    pub key: lazaret_escalate::ed25519_dalek::VerifyingKey,
+    pub human: mpsc::UnboundedSender<ToHuman>,
+}
+
+/// A hosted session ended: the coordinator drops it from its table.
+#[derive(Debug)]
+pub struct Ended {
+    pub id: u32,
+    pub session_id: String,
+    pub code: i32,
+}
+
+/// The domain's hosted sessions and its link to the Session Host.
+pub struct Hosted {
+    /// The host socket, on the host side (in the escalation folder).
+    socket: PathBuf,
+    certs_dir: PathBuf,
+    sandbox: Mutex<Option<String>>,
+    state: Mutex<State>,
+    /// One start of the Session Host at a time.
+    launching: tokio::sync::Mutex<()>,
+    /// The host's generation, once connected.
+    connected: watch::Sender<u64>,
+    ended: mpsc::UnboundedSender<Ended>,
+}
+
+impl std::fmt::Debug for Hosted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosted")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hosted {
+    /// Binds the host socket (before the sandbox starts: the sandbox sees
+    /// its folder as it was then) and serves it. Hosted sessions that end
+    /// are told on the returned channel.
+    pub fn open(
+        escalation_dir: &Path,
+        certs_dir: &Path,
+    ) -> std::io::Result<(Arc<Hosted>, mpsc::UnboundedReceiver<Ended>)> {
+        let socket = escalation_dir.join(wire::SOCKET_NAME);
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket)?;
+        let (ended, ended_rx) = mpsc::unbounded_channel();
+        let hosted = Arc::new(Hosted {
+            socket,
+            certs_dir: certs_dir.to_path_buf(),
+            sandbox: Mutex::new(None),
+            state: Mutex::default(),
+            launching: tokio::sync::Mutex::new(()),
+            connected: watch::channel(0).0,
+            ended,
+        });
+        tokio::spawn(hosted.clone().accept(listener));
+        Ok((hosted, ended_rx))
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The sandbox is up: sessions can start in it.
+    pub fn set_sandbox(&self, name: &str) {
+        *self.sandbox.lock().expect("lock") = Some(name.to_string());
+    }
+
+    pub fn is_live(&self, id: u32) -> bool {
+        let state = self.state.lock().expect("lock");
+        state
+            .sessions
+            .get(&id)
+            .is_some_and(|s| s.info.exited.is_none())
+    }
+
+    /// Starts the Session Host unless it runs.
+    pub async fn prepare(&self) -> Result<(), String> {
+        self.link().await.map(drop)
+    }
+
+    pub fn list(&self) -> Vec<HostedInfo> {
+        let state = self.state.lock().expect("lock");
+        state
+            .sessions
+            .values()
+            .map(|s| {
+                let mut info = s.info.clone();
+                info.viewers = s.viewers.len() as u32;
+                info.pending = s.prompts.len() as u32;
+                info
+            })
+            .collect()
+    }
+
+    async fn accept(self: Arc<Self>, listener: UnixListener) {
+        let ungreeted = Arc::new(tokio::sync::Semaphore::new(MAX_UNGREETED));
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = ungreeted.clone().try_acquire_owned() else {
+                continue;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let (r, w) = stream.into_split();
+                let mut frames = FramedRead::new(
+                    r,
+                    LengthDelimitedCodec::builder()
+                        .big_endian()
+                        .length_field_length(4)
+                        .max_frame_length(wire::MAX_FRAME)
+                        .new_codec(),
+                );
+                let hello = tokio::time::timeout(HOST_DEADLINE, frames.next()).await;
+                drop(permit);
+                let Ok(Some(Ok(body))) = hello else { return };
+                let Some(hello) = Frame::decode(&body) else {
+                    return;
+                };
+                let generation = {
+                    let mut state = me.state.lock().expect("lock");
+                    let expected = state.token.as_deref().map(str::as_bytes);
+                    if hello.kind != kind::HELLO
+                        || expected != Some(hello.payload.as_slice())
+                        || state.link.is_some()
+                    {
+                        return;
+                    }
+                    // Used once: whoever reads it later in the sandbox finds
+                    // it spent.
+                    state.token = None;
+                    let (tx, rx) = mpsc::channel::<Frame>(VIEWER_QUEUE);
+                    state.link = Some(tx);
+                    state.generation += 1;
+                    tokio::spawn(write_frames(w, rx));
+                    state.generation
+                };
+                let _ = me.connected.send(generation);
+                me.read_host(frames).await;
+                me.host_gone(generation);
+            });
+        }
+    }
+
+    async fn read_host(
+        &self,
+        mut frames: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
+    ) {
+        while let Some(Ok(body)) = frames.next().await {
+            let Some(frame) = Frame::decode(&body) else {
+                return;
+            };
+            match frame.kind {
+                kind::OUTPUT => {
+                    let mut state = self.state.lock().expect("lock");
+                    if let Some(s) = state.sessions.get_mut(&frame.session) {
+                        s.parser.process(&frame.payload);
+                        s.broadcast(&CoordMsg::Output {
+                            session: frame.session,
+                            data: encode(&frame.payload),
+                        });
+                    }
+                }
+                kind::EXITED => {
+                    let code = frame
+                        .payload
+                        .get(..4)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(-1, i32::from_be_bytes);
+                    self.end(frame.session, code, None);
+                }
+                kind::SPAWNED | kind::SPAWN_FAILED => {
+                    let answer = if frame.kind == kind::SPAWNED {
+                        Ok(frame
+                            .payload
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, u32::from_be_bytes))
+                    } else {
+                        Err(
+                            lazaret_widgets::visible::make_visible(&String::from_utf8_lossy(
+                                &frame.payload,
+                            ))
+                            .0,
+                        )
+                    };
+                    let waiting = self
+                        .state
+                        .lock()
+                        .expect("lock")
+                        .spawns
+                        .remove(&frame.session);
+                    if let Some(tx) = waiting {
+                        let _ = tx.send(answer);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The host's connection ended: every session it held has ended too.
+    fn host_gone(&self, generation: u64) {
+        let ids: Vec<u32> = {
+            let mut state = self.state.lock().expect("lock");
+            if state.generation != generation {
+                return;
+            }
+            state.link = None;
+            state.spawns.clear();
+            state
+                .sessions
+                .values()
+                .filter(|s| s.info.exited.is_none())
+                .map(|s| s.info.id)
+                .collect()
+        };
+        for id in ids {
+            self.end(id, -1, Some("the sandbox's Session Host ended".into()));
+        }
+    }
+
+    fn end(&self, id: u32, code: i32, why: Option<String>) {
+        let ended = {
+            let mut state = self.state.lock().expect("lock");
+            let Some(s) = state.sessions.get_mut(&id) else {
+                return;
+            };
+            if s.info.exited.is_some() {
+                return;
+            }
+            s.info.exited = Some(code);
+            s.credential = None;
+            s.prompts.clear();
+            s.broadcast(&CoordMsg::SessionEnded {
+                session: id,
+                code,
+                why,
+            });
+            Ended {
+                id,
+                session_id: s.session_id.clone(),
+                code,
+            }
+        };
+        let _ = self.ended.send(ended);
+    }
+
+    /// Starts the Session Host in the sandbox unless it is connected, and
+    /// waits for it; gives the link to it.
+    async fn link(&self) -> Result<mpsc::Sender<Frame>, String> {
+        if let Some(link) = self.state.lock().expect("lock").link.clone() {
+            return Ok(link);
+        }
+        let _one = self.launching.lock().await;
+        if let Some(link) = self.state.lock().expect("lock").link.clone() {
+            return Ok(link);
+        }
+        let sandbox = self
+            .sandbox
+            .lock()
+            .expect("lock")
+            .clone()
+            .ok_or("the sandbox is not running yet")?;
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut connected = self.connected.subscribe();
+        let before = *connected.borrow_and_update();
+        self.state.lock().expect("lock").token = Some(token.clone());
+        let args = vec![
+            "exec".to_string(),
+            "--detach".into(),
+            sandbox,
+            lazaret_escalate::BINARY_PATH.into(),
+            lazaret_escalate::confine::FLAG.into(),
+            "--".into(),
+            lazaret_escalate::BINARY_PATH.into(),
+            "session-host".into(),
+            wire::SOCKET_PATH.into(),
+            token,
+        ];
+        let started = tokio::task::spawn_blocking(move || {
+            crate::podman::Podman::default()
+                .run(args)
+                .map_err(|e| format!("cannot start the Session Host in the sandbox: {e}"))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        started?;
+        let up = tokio::time::timeout(HOST_DEADLINE, async {
+            while *connected.borrow_and_update() == before {
+                if connected.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        match (up, self.state.lock().expect("lock").link.clone()) {
+            (Ok(()), Some(link)) => Ok(link),
+            _ => Err(format!(
+                "the sandbox's Session Host did not connect within {} s",
+                HOST_DEADLINE.as_secs()
+            )),
+        }
+    }
+
+    /// Starts a session running `argv` at the given size, with `conn`
+    /// attached to it from its first byte.
+    pub async fn start(
+        self: &Arc<Self>,
+        new: NewSession,
+        conn: u64,
+        attachments: &Attachments,
+    ) -> Result<Started, String> {
+        let NewSession {
+            argv,
+            rows,
+            cols,
+            purpose,
+            term,
+        } = new;
+        if argv.is_empty() {
+            return Err("no command to run".into());
+        }
+        let link = self.link().await?;
+        let anchor = SessionAnchor::new().map_err(|e| format!("{e:#}"))?;
+        let credential = anchor
+            .publish_credential(&self.certs_dir)
+            .map_err(|e| format!("{e:#}"))?;
+        let key = anchor
+            .hello(&purpose, true)
+            .session_key
+            .as_deref()
+            .map(super::server::parse_key)
+            .ok_or("the session has no key")??;
+        let (rows, cols) = (rows.max(1), cols.max(1));
+        let (human, inbox) = mpsc::unbounded_channel();
+        let (spawned_tx, spawned_rx) = oneshot::channel();
+        let id = {
+            let mut state = self.state.lock().expect("lock");
+            state.next_id += 1;
+            let id = state.next_id;
+            let mut viewers = BTreeMap::new();
+            viewers.insert(conn, attachments.viewer.clone());
+            state.sessions.insert(
+                id,
+                Session {
+                    info: HostedInfo {
+                        id,
+                        purpose: purpose.clone(),
+                        argv: argv.clone(),
+                        started: super::store::now(),
+                        rows,
+                        cols,
+                        viewers: 0,
+                        pending: 0,
+                        exited: None,
+                    },
+                    session_id: anchor.id.clone(),
+                    parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
+                    viewers,
+                    prompts: Vec::new(),
+                    credential: Some(credential),
+                },
+            );
+            state.spawns.insert(id, spawned_tx);
+            id
+        };
+        let env = vec![
+            (
+                lazaret_escalate::env::SESSION_ID.to_string(),
+                anchor.id.clone(),
+            ),
+            (
+                lazaret_escalate::env::GUIDE.to_string(),
+                lazaret_escalate::GUIDE_PATH.to_string(),
+            ),
+            (
+                "TERM".to_string(),
+                term.unwrap_or_else(|| "xterm-256color".into()),
+            ),
+        ];
+        let spawn = Spawn {
+            argv,
+            env,
+            rows,
+            cols,
+        };
+        let body = serde_json::to_vec(&spawn).map_err(|e| e.to_string())?;
+        let answer = match link.send(Frame::new(kind::SPAWN, id, body)).await {
+            Ok(()) => tokio::time::timeout(SPAWN_DEADLINE, spawned_rx)
+                .await
+                .map_err(|_| "the session did not start in time".to_string())
+                .and_then(|r| r.map_err(|_| "the Session Host went away".to_string()))
+                .and_then(|r| r),
+            Err(_) => Err("the Session Host went away".into()),
+        };
+        if let Err(why) = answer {
+            self.state.lock().expect("lock").sessions.remove(&id);
+            return Err(format!("the session could not start: {why}"));
+        }
+        self.spawn_inbox(id, inbox);
+        let info = self
+            .list()
+            .into_iter()
+            .find(|i| i.id == id)
+            .ok_or("the session ended at once")?;
+        Ok(Started {
+            info,
+            session_id: anchor.id,
+            key,
+            human,
+        })
+    }
+
+    /// Carries a session's escalation news to its attached clients, and
+    /// keeps its open prompts for clients that attach later.
+    fn spawn_inbox(self: &Arc<Self>, id: u32, mut inbox: mpsc::UnboundedReceiver<ToHuman>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Some(news) = inbox.recv().await {
+                let mut state = me.state.lock().expect("lock");
+                let Some(s) = state.sessions.get_mut(&id) else {
+                    return;
+                };
+                let msg = match news {
+                    ToHuman::Prompt(prompt) => {
+                        s.prompts.push(prompt.clone());
+                        CoordMsg::Prompt { prompt }
+                    }
+                    ToHuman::Withdrawn { request_id, reason } => {
+                        s.prompts.retain(|p| p.request_id != request_id);
+                        CoordMsg::Withdrawn { request_id, reason }
+                    }
+                    ToHuman::Outcome(outcome) => CoordMsg::Outcome { outcome },
+                    ToHuman::Warning(message) => CoordMsg::Warning { message },
+                };
+                s.broadcast(&msg);
+            }
+        });
+    }
+
+    /// Attaches `conn`: its first message is the screen as it is now,
+    /// then the session's prompts still open, then what follows.
+    pub fn attach(&self, id: u32, conn: u64, attachments: &Attachments) -> Result<(), String> {
+        let mut state = self.state.lock().expect("lock");
+        let s = state
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| format!("there is no session {id} in this domain"))?;
+        attachments.viewer.send(s.screen());
+        for p in &s.prompts {
+            attachments
+                .viewer
+                .send(CoordMsg::Prompt { prompt: p.clone() });
+        }
+        if let Some(code) = s.info.exited {
+            attachments.viewer.send(CoordMsg::SessionEnded {
+                session: id,
+                code,
+                why: None,
+            });
+        } else {
+            s.viewers.insert(conn, attachments.viewer.clone());
+        }
+        Ok(())
+    }
+
+    pub fn detach(&self, id: u32, conn: u64) {
+        if let Some(s) = self.state.lock().expect("lock").sessions.get_mut(&id) {
+            s.viewers.remove(&conn);
+        }
+    }
+
+    /// The connection ended: it is attached nowhere.
+    pub fn detach_all(&self, conn: u64) {
+        for s in self.state.lock().expect("lock").sessions.values_mut() {
+            s.viewers.remove(&conn);
+        }
+    }
+
+    /// A client that fell behind: a fresh screen of every session it
+    /// views, in place of what it missed.
+    pub fn resync(&self, conn: u64, attachments: &Attachments) {
+        let state = self.state.lock().expect("lock");
+        attachments.viewer.lagged.store(false, Ordering::Release);
+        for s in state.sessions.values() {
+            if s.viewers.contains_key(&conn) {
+                attachments.viewer.send(s.screen());
+            }
+        }
+    }
+
+    /// Typed keys and pastes for a session.
+    pub async fn input(&self, id: u32, bytes: &[u8]) -> Result<(), String> {
+        let link = self.running_link(id)?;
+        for piece in bytes.chunks(wire::CHUNK) {
+            link.send(Frame::new(kind::INPUT, id, piece))
+                .await
+                .map_err(|_| "the Session Host went away".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The session's size, set by the client that last resized it; the
+    /// others get the screen redrawn at that size.
+    pub async fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), String> {
+        let (rows, cols) = (rows.max(1), cols.max(1));
+        let link = self.running_link(id)?;
+        {
+            let mut state = self.state.lock().expect("lock");
+            let s = state.sessions.get_mut(&id).ok_or("no such session")?;
+            if (s.info.rows, s.info.cols) == (rows, cols) {
+                return Ok(());
+            }
+            s.info.rows = rows;
+            s.info.cols = cols;
+            s.parser.screen_mut().set_size(nonzero(rows), nonzero(cols));
+            let screen = s.screen();
+            for (c, v) in &s.viewers {
+                if *c != conn {
+                    v.send(screen.clone());
+                }
+            }
+        }
+        let mut size = rows.to_be_bytes().to_vec();
+        size.extend_from_slice(&cols.to_be_bytes());
+        link.send(Frame::new(kind::RESIZE, id, size))
+            .await
+            .map_err(|_| "the Session Host went away".to_string())
+    }
+
+    /// Hangs a session up (SIGHUP to its process group).
+    pub async fn hang_up(&self, id: u32) -> Result<(), String> {
+        let link = self.running_link(id)?;
+        link.send(Frame::new(
+            kind::SIGNAL,
+            id,
+            (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes(),
+        ))
+        .await
+        .map_err(|_| "the Session Host went away".to_string())
+    }
+
+    /// A prompt of a hosted session was answered by `conn`: the others
+    /// take it off their screens.
+    pub fn answered(&self, request_id: &str, conn: u64) {
+        let mut state = self.state.lock().expect("lock");
+        for s in state.sessions.values_mut() {
+            let before = s.prompts.len();
+            s.prompts.retain(|p| p.request_id != request_id);
+            if s.prompts.len() != before {
+                for (c, v) in &s.viewers {
+                    if *c != conn {
+                        v.send(CoordMsg::Withdrawn {
+                            request_id: request_id.to_string(),
+                            reason: "answered in another client".into(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn running_link(&self, id: u32) -> Result<mpsc::Sender<Frame>, String> {
+        let state = self.state.lock().expect("lock");
+        match state.sessions.get(&id) {
+            None => return Err(format!("there is no session {id} in this domain")),
+            Some(s) if s.info.exited.is_some() => return Err(format!("session {id} has ended")),
+            Some(_) => {}
+        }
+        state
+            .link
+            .clone()
+            .ok_or_else(|| "the Session Host is not connected".into())
+    }
+}
+
+fn nonzero(n: u16) -> NonZeroU16 {
+    NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
+}
+
+async fn write_frames(mut w: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
+    while let Some(frame) = rx.recv().await {
+        if w.write_all(&frame.encode()).await.is_err() {
+            return;
+        }
+    }
+}
