@@ -1,0 +1,137 @@
+//! Issue 28 (decisions.md D14): sessions that live in the domain, end to
+//! end in tmux under runc and under runsc. A long job runs on while its
+//! client is killed with SIGKILL; its output is all there when a client
+//! attaches again; an escalation raised while nobody was attached is shown
+//! on attach and runs exactly once; two clients on one session see the
+//! same screen; detaching leaves the session running; its end ends the
+//! domain.
+
+mod common;
+
+use common::sandbox::Domain;
+use common::{ESCALATE, STANDARD_PATH, Tmux, modal_with, text};
+
+/// After the program in the pane: its exit code, then the pane stays.
+const AFTER: &str = "echo EXIT=$?; sleep 600";
+
+/// The hosted sessions `lazaret sessions --json` lists for this domain.
+fn sessions(d: &Domain) -> Vec<serde_json::Value> {
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["sessions", "--json"])
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    let all: Vec<serde_json::Value> = serde_json::from_str(&o).unwrap();
+    all.into_iter()
+        .filter(|s| s["domain"] == d.hash.as_str())
+        .collect()
+}
+
+/// The `lazaret` process a tmux pane runs (the pane's shell's child).
+fn client_pid(t: &Tmux) -> i32 {
+    let shell = t.pane_pid();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+        .unwrap_or_default();
+    let pid = children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.contains("attach"))
+        });
+    pid.unwrap_or_else(|| panic!("no lazaret attach under the pane's shell {shell}"))
+}
+
+fn outlives_its_client(profile: &'static str) {
+    let d = Domain::new(profile);
+    let count = d.ws().join("h28-count");
+    let attach = format!("attach -p {profile}");
+    let t = d.tmux(100, 30, &attach, Some(AFTER));
+    t.wait_for(120, "the shell's prompt", |s| s.contains("root@"));
+    // A job that runs past the client's end, then asks the host for
+    // something (a command that counts its runs) while nobody is attached.
+    t.line(&format!(
+        "clear; for i in $(seq 1 40); do echo H28-LINE-$((i*1)); sleep 0.1; done; \
+         echo H28-DONE-$((40+2)); {ESCALATE} --justify h28-detached 'echo once >> {}'; \
+         echo ESC=$?",
+        count.display()
+    ));
+    t.wait_for(20, "the job's first lines", |s| s.contains("H28-LINE-3"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client_pid(&t)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    t.wait_for(20, "the client's end", |s| s.contains("EXIT=137"));
+    drop(t);
+
+    // Listed, running, with nobody attached; the prompt waits for a human.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let listed = loop {
+        let list = sessions(&d);
+        if list.len() == 1 && list[0]["pending"] == 1 {
+            break list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session's request never waited: {list:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let n = listed[0]["id"].as_u64().unwrap();
+    assert_eq!(listed[0]["state"], "detached", "{listed:?}");
+    assert!(listed[0]["exited"].is_null(), "{listed:?}");
+    assert!(!count.exists(), "the request ran with nobody to approve it");
+    let status = d.status().expect("the domain stays up for its session");
+    assert_eq!(status["hosted"][0]["viewers"], 0, "{status}");
+
+    // Attach again: the screen as the job left it, then the request.
+    let t = d.tmux(100, 30, &format!("{attach} {n}"), Some(AFTER));
+    let s = t.wait_for(30, "the request on attach", |s| modal_with(s, "h28-detached"));
+    eprintln!("on attach:\n{s}");
+    t.send(&["a"]);
+    let s = t.wait_for(30, "the request's end", |s| s.contains("ESC=0"));
+    assert!(
+        s.contains("H28-LINE-40") && s.contains("H28-DONE-42"),
+        "output made while detached is missing:\n{s}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap(),
+        "once\n",
+        "the approved request did not run exactly once"
+    );
+
+    // A second client on the same session sees what the first types.
+    let t2 = d.tmux(100, 30, &format!("{attach} {n}"), Some(AFTER));
+    t2.wait_for(30, "the second client's screen", |s| s.contains("ESC=0"));
+    assert_eq!(sessions(&d)[0]["viewers"], 2);
+    t.line("echo TWO-$((2*21))");
+    t2.wait_for(20, "the first client's typing", |s| s.contains("TWO-42"));
+
+    // Detaching leaves it running; its end takes the domain down.
+    t2.send(&["C-a", "d"]);
+    let s = t2.wait_for(20, "the detach", |s| s.contains("EXIT=0"));
+    assert!(s.contains("keeps running"), "{s}");
+    assert_eq!(sessions(&d).len(), 1);
+    t.line("exit 7");
+    t.wait_for(30, "the session's exit code", |s| s.contains("EXIT=7"));
+    d.wait_until_gone();
+    let ends: Vec<_> = d
+        .audit_json()
+        .into_iter()
+        .filter(|r| r["kind"] == "session-end" && r["data"]["hosted"] == n)
+        .collect();
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["data"]["code"], 7, "{ends:?}");
+}
+
+#[test]
+fn a_hosted_session_outlives_its_client_under_runc() {
+    outlives_its_client("rc");
+}
+
+#[test]
+fn a_hosted_session_outlives_its_client_under_runsc() {
+    outlives_its_client("gv");
+}
