@@ -258,7 +258,7 @@ fn new_tab_refusal_is_said_in_the_dialog_at_once() {
         "a domain folder was made for the refused tab"
     );
     t.send(&["Escape"]);
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
@@ -515,7 +515,7 @@ fn a_client_is_told_who_stopped_its_domain() {
     let s = t.wait_for(30, "the tab's reason", |s| s.contains("x closes this tab"));
     assert!(said_who(&s.replace('\n', "")), "{s}");
     assert!(!s.contains("not in the profile's image"), "{s}");
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
 }
 
@@ -838,7 +838,7 @@ fn first_hour_walk_of_a_new_account() {
         w.t.wait_for(20, "the second tab's output", |s| s.contains("TAB2-42"));
     let bad = error_lines(&screen, &[]);
     assert!(bad.is_empty(), "`lazaret ui -p shell`: {bad:#?}\n{screen}");
-    w.t.send(&["C-a", "q"]);
+    w.t.quit_ending_sessions();
     w.t.wait_for(60, "the workbench's end", |s| s.contains("UI-END rc="));
     let out = w.text_of("0:0");
     assert!(out.contains("UI-END rc=0"), "{out}");

@@ -31,8 +31,8 @@ fn sessions(d: &Domain) -> Vec<serde_json::Value> {
 /// The `lazaret` process a tmux pane runs (the pane's shell's child).
 fn client_pid(t: &Tmux) -> i32 {
     let shell = t.pane_pid();
-    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
-        .unwrap_or_default();
+    let children =
+        std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
     let pid = children
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
@@ -88,7 +88,9 @@ fn outlives_its_client(profile: &'static str) {
 
     // Attach again: the screen as the job left it, then the request.
     let t = d.tmux(100, 30, &format!("{attach} {n}"), Some(AFTER));
-    let s = t.wait_for(30, "the request on attach", |s| modal_with(s, "h28-detached"));
+    let s = t.wait_for(30, "the request on attach", |s| {
+        modal_with(s, "h28-detached")
+    });
     eprintln!("on attach:\n{s}");
     t.send(&["a"]);
     let s = t.wait_for(30, "the request's end", |s| s.contains("ESC=0"));

@@ -118,7 +118,7 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     t.wait_for(20, "the first shell again", |s| s.contains("BACK-64"));
 
     // Quit: every session of this UI ends, and with the last the domain.
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
     let decisions = decisions(&d);
@@ -413,7 +413,7 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
 
     let decisions = decisions_at_least(&d, 2);
     assert_eq!(decisions, vec!["denied", "withdrawn"]);
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
@@ -481,7 +481,7 @@ fn a_killed_coordinator_is_replaced_under_two_tabs() {
     t.line("clear; echo T1-$((6*7))");
     t.wait_for(30, "the first tab after the crash", |s| s.contains("T1-42"));
     assert_eq!(after["sandbox"], before["sandbox"], "{before} {after}");
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
@@ -602,7 +602,7 @@ fn a_failed_certificate_renewal_shows_in_the_workbench() {
         "{s}"
     );
     std::fs::remove_dir(certs.join(".ca.pem.tmp")).unwrap();
-    t.send(&["C-a", "q"]);
+    t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }

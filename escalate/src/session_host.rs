@@ -44,6 +44,9 @@ pub mod kind {
     pub const SPAWN_FAILED: u8 = 4;
     /// Payload: u32, the session's process id in the sandbox.
     pub const SPAWNED: u8 = 5;
+    /// After HELLO on a reconnection: a session that runs. Payload: JSON
+    /// [`Live`].
+    pub const LIVE: u8 = 6;
     /// Payload: JSON [`Spawn`].
     pub const SPAWN: u8 = 16;
     /// Payload: bytes for the session's PTY.
@@ -64,6 +67,23 @@ pub struct Spawn {
     pub rows: u16,
     pub cols: u16,
 }
+
+/// A session the host still runs when a (new) coordinator connects: the
+/// coordinator adopts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Live {
+    pub argv: Vec<String>,
+    /// Its `LAZARET_SESSION_ID`, if it was started with one.
+    pub session_id: Option<String>,
+    pub rows: u16,
+    pub cols: u16,
+    pub pid: u32,
+}
+
+/// How long the host waits for a coordinator after its connection ended,
+/// while sessions run (a coordinator that died is replaced within this).
+pub const RECONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One frame, without its length.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,16 +156,26 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     }
 }
 
-type Writer = Arc<Mutex<UnixStream>>;
+/// The connection to the coordinator, replaced when a new one connects;
+/// `None` between the two (output is then dropped: the session's screen
+/// is the coordinator's, and a new one starts from what follows).
+type Writer = Arc<Mutex<Option<UnixStream>>>;
 
 fn send(w: &Writer, frame: &Frame) -> std::io::Result<()> {
     let bytes = frame.encode();
-    w.lock()
-        .map_err(|_| std::io::Error::other("writer poisoned"))?
-        .write_all(&bytes)
+    let mut w = w
+        .lock()
+        .map_err(|_| std::io::Error::other("writer poisoned"))?;
+    match w.as_mut() {
+        Some(stream) => stream.write_all(&bytes),
+        None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+    }
 }
 
 struct Session {
+    argv: Vec<String>,
+    session_id: Option<String>,
+    size: (u16, u16),
     master: Arc<OwnedFd>,
     /// To the session's own writer thread: a command that stops reading
     /// blocks only its own input, never the host.
@@ -156,45 +186,150 @@ struct Session {
 /// Pieces of input queued per session before more are dropped.
 const INPUT_QUEUE: usize = 256;
 
-/// Runs the host until the coordinator's connection ends: then every
+/// Runs the host: connects, greets with `token`, and serves the
+/// coordinator. When the connection ends while sessions run, it connects
+/// again (a coordinator that died is replaced) and announces them; with
+/// none running, or no coordinator within [`RECONNECT_DEADLINE`], every
 /// session is hung up (SIGHUP to its process group) and the host exits.
 pub fn run(socket: &str, token: &str) -> Result<(), String> {
-    let stream =
-        UnixStream::connect(socket).map_err(|e| format!("cannot connect to {socket}: {e}"))?;
-    let writer: Writer = Arc::new(Mutex::new(
-        stream
-            .try_clone()
-            .map_err(|e| format!("cannot clone the connection: {e}"))?,
-    ));
-    send(&writer, &Frame::new(kind::HELLO, 0, token.as_bytes()))
-        .map_err(|e| format!("cannot greet the coordinator: {e}"))?;
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
-    let mut reader = stream;
+    let writer: Writer = Arc::default();
+    let mut first = true;
     let result = loop {
+        let stream = match connect(socket, first, &sessions) {
+            Ok(s) => s,
+            Err(e) => break Err(e),
+        };
+        first = false;
+        let greeted = (|| -> std::io::Result<()> {
+            *writer
+                .lock()
+                .map_err(|_| std::io::Error::other("writer poisoned"))? = Some(stream.try_clone()?);
+            send(&writer, &Frame::new(kind::HELLO, 0, token.as_bytes()))?;
+            let live: Vec<(u32, Live)> = sessions
+                .lock()
+                .map(|all| {
+                    all.iter()
+                        .map(|(id, s)| {
+                            let live = Live {
+                                argv: s.argv.clone(),
+                                session_id: s.session_id.clone(),
+                                rows: s.size.0,
+                                cols: s.size.1,
+                                pid: s.pid,
+                            };
+                            (*id, live)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (id, live) in live {
+                let body = serde_json::to_vec(&live).map_err(std::io::Error::other)?;
+                send(&writer, &Frame::new(kind::LIVE, id, body))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = greeted {
+            if let Ok(mut w) = writer.lock() {
+                *w = None;
+            }
+            if first_failure_is_final(&sessions) {
+                break Err(format!("cannot greet the coordinator: {e}"));
+            }
+            continue;
+        }
+        let ended = serve(stream, &writer, &sessions);
+        if let Ok(mut w) = writer.lock() {
+            *w = None;
+        }
+        if let Err(e) = &ended
+            && first_failure_is_final(&sessions)
+        {
+            break Err(e.clone());
+        }
+        if first_failure_is_final(&sessions) {
+            break Ok(());
+        }
+    };
+    if let Ok(all) = sessions.lock() {
+        for s in all.values() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(s.pid as i32),
+                nix::sys::signal::Signal::SIGHUP,
+            );
+        }
+    }
+    result
+}
+
+/// With no session running, a lost connection ends the host.
+fn first_failure_is_final(sessions: &Mutex<HashMap<u32, Session>>) -> bool {
+    sessions.lock().map(|s| s.is_empty()).unwrap_or(true)
+}
+
+/// The first connection must succeed at once; a reconnection is tried
+/// until [`RECONNECT_DEADLINE`] while sessions run.
+fn connect(
+    socket: &str,
+    first: bool,
+    sessions: &Mutex<HashMap<u32, Session>>,
+) -> Result<UnixStream, String> {
+    let deadline = std::time::Instant::now() + RECONNECT_DEADLINE;
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e) if first => return Err(format!("cannot connect to {socket}: {e}")),
+            Err(e) => {
+                if std::time::Instant::now() > deadline || first_failure_is_final(sessions) {
+                    return Err(format!("no coordinator came back at {socket}: {e}"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Serves one connection until it ends.
+fn serve(
+    mut reader: UnixStream,
+    writer: &Writer,
+    sessions: &Arc<Mutex<HashMap<u32, Session>>>,
+) -> Result<(), String> {
+    loop {
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(format!("the coordinator's connection failed: {e}")),
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("the coordinator's connection failed: {e}")),
         };
         match frame.kind {
             kind::SPAWN => {
                 let id = frame.session;
                 let answer = match serde_json::from_slice::<Spawn>(&frame.payload) {
-                    Err(e) => Err(format!("bad spawn request: {e}")),
-                    Ok(_) if sessions.lock().map(|s| s.len()).unwrap_or(0) >= MAX_SESSIONS => {
-                        Err(format!("{MAX_SESSIONS} sessions run already"))
-                    }
+                    Err(e) => Err(Failed::Refused(format!("bad spawn request: {e}"))),
+                    Ok(_) if sessions.lock().map(|s| s.len()).unwrap_or(0) >= MAX_SESSIONS => Err(
+                        Failed::Refused(format!("{MAX_SESSIONS} sessions run already")),
+                    ),
                     Ok(_) if sessions.lock().is_ok_and(|s| s.contains_key(&id)) => {
-                        Err(format!("session {id} exists"))
+                        Err(Failed::Refused(format!("session {id} exists")))
                     }
-                    Ok(spawn) => start(id, &spawn, &writer, &sessions),
+                    Ok(spawn) => start(id, &spawn, writer, sessions),
                 };
-                let reply = match answer {
-                    Ok(pid) => Frame::new(kind::SPAWNED, id, pid.to_be_bytes()),
-                    Err(why) => Frame::new(kind::SPAWN_FAILED, id, why.into_bytes()),
+                let replies = match answer {
+                    Ok(pid) => vec![Frame::new(kind::SPAWNED, id, pid.to_be_bytes())],
+                    // A program that is not there, or cannot run: the
+                    // session ends as a shell's command would (127, 126),
+                    // saying why on its screen.
+                    Err(Failed::Exec(why, code)) => vec![
+                        Frame::new(kind::SPAWNED, id, 0u32.to_be_bytes()),
+                        Frame::new(kind::OUTPUT, id, format!("{why}\r\n").into_bytes()),
+                        Frame::new(kind::EXITED, id, code.to_be_bytes()),
+                    ],
+                    Err(Failed::Refused(why)) => {
+                        vec![Frame::new(kind::SPAWN_FAILED, id, why.into_bytes())]
+                    }
                 };
-                if let Err(e) = send(&writer, &reply) {
-                    break Err(format!("cannot answer the coordinator: {e}"));
+                if let Some(e) = replies.iter().find_map(|r| send(writer, r).err()) {
+                    return Err(format!("cannot answer the coordinator: {e}"));
                 }
             }
             kind::INPUT => {
@@ -209,12 +344,11 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
             kind::RESIZE if frame.payload.len() == 4 => {
                 let rows = u16::from_be_bytes([frame.payload[0], frame.payload[1]]);
                 let cols = u16::from_be_bytes([frame.payload[2], frame.payload[3]]);
-                if let Some(m) = sessions
-                    .lock()
-                    .ok()
-                    .and_then(|s| s.get(&frame.session).map(|s| s.master.clone()))
+                if let Ok(mut all) = sessions.lock()
+                    && let Some(s) = all.get_mut(&frame.session)
                 {
-                    set_size(&m, rows, cols);
+                    s.size = (rows, cols);
+                    set_size(&s.master, rows, cols);
                 }
             }
             kind::SIGNAL if frame.payload.len() == 4 => {
@@ -230,16 +364,7 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
             }
             _ => {}
         }
-    };
-    if let Ok(all) = sessions.lock() {
-        for s in all.values() {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(s.pid as i32),
-                nix::sys::signal::Signal::SIGHUP,
-            );
-        }
     }
-    result
 }
 
 fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
@@ -257,6 +382,14 @@ fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
     }
 }
 
+/// Why a session did not start.
+enum Failed {
+    /// Its program could not be run: why, and the exit code a shell gives.
+    Exec(String, i32),
+    /// The host could not or would not start it.
+    Refused(String),
+}
+
 /// Starts one session: its command in a new PTY, as the leader of a new
 /// session with the PTY as its controlling terminal; a thread carries its
 /// output and then its exit.
@@ -265,9 +398,9 @@ fn start(
     spawn: &Spawn,
     writer: &Writer,
     sessions: &Arc<Mutex<HashMap<u32, Session>>>,
-) -> Result<u32, String> {
+) -> Result<u32, Failed> {
     let Some((program, args)) = spawn.argv.split_first() else {
-        return Err("no command".into());
+        return Err(Failed::Refused("no command".into()));
     };
     let ws = nix::pty::Winsize {
         ws_row: spawn.rows.max(1),
@@ -275,12 +408,12 @@ fn start(
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    let pty = nix::pty::openpty(Some(&ws), None).map_err(|e| format!("cannot open a PTY: {e}"))?;
-    let stdio = |fd: &OwnedFd| -> Result<Stdio, String> {
-        Ok(Stdio::from(
-            fd.try_clone()
-                .map_err(|e| format!("cannot share the PTY: {e}"))?,
-        ))
+    let pty = nix::pty::openpty(Some(&ws), None)
+        .map_err(|e| Failed::Refused(format!("cannot open a PTY: {e}")))?;
+    let stdio = |fd: &OwnedFd| -> Result<Stdio, Failed> {
+        Ok(Stdio::from(fd.try_clone().map_err(|e| {
+            Failed::Refused(format!("cannot share the PTY: {e}"))
+        })?))
     };
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -300,9 +433,14 @@ fn start(
             Ok(())
         });
     }
-    let mut child: Child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+    let mut child: Child = cmd.spawn().map_err(|e| {
+        let why = format!("lazaret: cannot start `{program}`: {e}");
+        match e.kind() {
+            std::io::ErrorKind::NotFound => Failed::Exec(why, 127),
+            std::io::ErrorKind::PermissionDenied => Failed::Exec(why, 126),
+            _ => Failed::Refused(why),
+        }
+    })?;
     drop(cmd);
     drop(pty.slave);
     let pid = child.id();
@@ -323,10 +461,17 @@ fn start(
     });
     sessions
         .lock()
-        .map_err(|_| "sessions poisoned".to_string())?
+        .map_err(|_| Failed::Refused("sessions poisoned".into()))?
         .insert(
             id,
             Session {
+                argv: spawn.argv.clone(),
+                session_id: spawn
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == crate::env::SESSION_ID)
+                    .map(|(_, v)| v.clone()),
+                size: (spawn.rows, spawn.cols),
                 master: master.clone(),
                 input,
                 pid,
@@ -339,9 +484,9 @@ fn start(
             match nix::unistd::read(&*master, &mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    if send(&writer, &Frame::new(kind::OUTPUT, id, &buf[..n])).is_err() {
-                        break;
-                    }
+                    // Without a coordinator the bytes are dropped: the
+                    // session must not stop for want of a reader.
+                    let _ = send(&writer, &Frame::new(kind::OUTPUT, id, &buf[..n]));
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 // EIO: every holder of the PTY's other end has gone.

@@ -521,7 +521,7 @@ pub fn run() -> Result<ExitCode> {
             domain.profile(),
             domain.workspace(),
             &prefix,
-            crate::client::SessionChoice::Exec,
+            crate::client::SessionChoice::Start,
         )),
         Command::Attach {
             session,

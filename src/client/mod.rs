@@ -121,7 +121,11 @@ impl Launcher {
             },
             ctx,
             argv,
-            session: SessionChoice::Exec,
+            // The workbench's tabs live in the domain and outlive it.
+            session: match self.mode {
+                Mode::Workbench => SessionChoice::Start,
+                Mode::Shell => SessionChoice::Exec,
+            },
         })
     }
 }

@@ -34,8 +34,14 @@ impl std::fmt::Debug for SessionAnchor {
 
 impl SessionAnchor {
     pub fn new() -> Result<Self> {
+        Self::with_id(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A new key for a session that runs already under `id` (a hosted
+    /// session a new coordinator adopts: the one that keyed it is gone).
+    pub fn with_id(id: String) -> Result<Self> {
         Ok(SessionAnchor {
-            id: uuid::Uuid::new_v4().to_string(),
+            id,
             key: Arc::new(SessionKey::generate().context("cannot create the Session Anchor key")?),
         })
     }

@@ -36,6 +36,9 @@ pub const SCROLLBACK_ROWS: usize = 2_000;
 const VIEWER_QUEUE: usize = 1024;
 /// How long the Session Host has to connect after it was started.
 const HOST_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a new coordinator waits for the Session Host of the one it
+/// replaces to come back, before it starts another.
+const RETURN_DEADLINE: Duration = Duration::from_secs(3);
 /// How long a session's start may take inside the sandbox.
 const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
 /// Connections to the host socket that have not yet shown the token: the
@@ -136,6 +139,9 @@ struct Session {
     prompts: Vec<Prompt>,
     /// Removed (and renewal stopped) when the session ends.
     credential: Option<CredentialFile>,
+    /// Taken over from an earlier coordinator: its screen here starts
+    /// empty (`Screen.partial`).
+    adopted: bool,
 }
 
 impl Session {
@@ -154,6 +160,7 @@ impl Session {
             cols: self.info.cols,
             history: history.replace('\n', "\r\n"),
             state: screen.state_formatted(),
+            partial: self.adopted,
         }
     }
 
@@ -197,12 +204,18 @@ pub struct Started {
     pub human: mpsc::UnboundedSender<ToHuman>,
 }
 
-/// A hosted session ended: the coordinator drops it from its table.
+/// What the Session Host's link tells the coordinator's session table.
 #[derive(Debug)]
-pub struct Ended {
-    pub id: u32,
-    pub session_id: String,
-    pub code: i32,
+pub enum HostEvent {
+    /// A hosted session ended: the coordinator drops it from its table.
+    Ended {
+        id: u32,
+        session_id: String,
+        code: i32,
+    },
+    /// A session that outlived the coordinator before this one, adopted
+    /// from the Session Host when it came back.
+    Adopted(Box<Started>),
 }
 
 /// The domain's hosted sessions and its link to the Session Host.
@@ -216,7 +229,13 @@ pub struct Hosted {
     launching: tokio::sync::Mutex<()>,
     /// The host's generation, once connected.
     connected: watch::Sender<u64>,
-    ended: mpsc::UnboundedSender<Ended>,
+    events: mpsc::UnboundedSender<HostEvent>,
+    /// The Session Host's token, kept for a coordinator that replaces
+    /// this one (the host reconnects to it with the same token).
+    token_file: PathBuf,
+    /// A token was found there: the host of an earlier coordinator may
+    /// come back, and is waited for before another is started.
+    returning: AtomicBool,
 }
 
 impl std::fmt::Debug for Hosted {
@@ -234,31 +253,54 @@ impl Hosted {
     pub fn open(
         escalation_dir: &Path,
         certs_dir: &Path,
-    ) -> std::io::Result<(Arc<Hosted>, mpsc::UnboundedReceiver<Ended>)> {
+        domain_root: &Path,
+    ) -> std::io::Result<(Arc<Hosted>, mpsc::UnboundedReceiver<HostEvent>)> {
         let socket = escalation_dir.join(wire::SOCKET_NAME);
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket)?;
-        let (ended, ended_rx) = mpsc::unbounded_channel();
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let token_file = domain_root.join("session-host.token");
+        let saved = std::fs::read_to_string(&token_file)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
         let hosted = Arc::new(Hosted {
             socket,
             certs_dir: certs_dir.to_path_buf(),
             sandbox: Mutex::new(None),
-            state: Mutex::default(),
+            returning: AtomicBool::new(saved.is_some()),
+            state: Mutex::new(State {
+                token: saved,
+                ..State::default()
+            }),
             launching: tokio::sync::Mutex::new(()),
             connected: watch::channel(0).0,
-            ended,
+            events,
+            token_file,
         });
         tokio::spawn(hosted.clone().accept(listener));
-        Ok((hosted, ended_rx))
+        Ok((hosted, events_rx))
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    /// The domain is down: its socket and the host's token go.
+    pub fn forget(&self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.token_file);
     }
 
     /// The sandbox is up: sessions can start in it.
     pub fn set_sandbox(&self, name: &str) {
         *self.sandbox.lock().expect("lock") = Some(name.to_string());
+    }
+
+    /// Client connections attached to some session.
+    pub fn viewer_conns(&self) -> std::collections::BTreeSet<u64> {
+        let state = self.state.lock().expect("lock");
+        state
+            .sessions
+            .values()
+            .flat_map(|s| s.viewers.keys().copied())
+            .collect()
     }
 
     pub fn is_live(&self, id: u32) -> bool {
@@ -269,9 +311,82 @@ impl Hosted {
             .is_some_and(|s| s.info.exited.is_none())
     }
 
-    /// Starts the Session Host unless it runs.
+    /// Starts the Session Host unless it runs; when the host of the
+    /// coordinator before this one may come back, waits for it first.
     pub async fn prepare(&self) -> Result<(), String> {
+        if self.returning.swap(false, Ordering::AcqRel) {
+            let mut connected = self.connected.subscribe();
+            let _ = tokio::time::timeout(RETURN_DEADLINE, async {
+                while *connected.borrow_and_update() == 0 {
+                    if connected.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
         self.link().await.map(drop)
+    }
+
+    /// A session the host runs from before this coordinator: it gets its
+    /// number back, a new key under its id and a new credential, and an
+    /// empty screen (what it showed before is gone with the coordinator
+    /// that kept it).
+    fn adopt(self: &Arc<Self>, id: u32, live: wire::Live) {
+        let Some(session_id) = live.session_id else {
+            return;
+        };
+        let anchor = match SessionAnchor::with_id(session_id.clone()) {
+            Ok(a) => a,
+            Err(_) => return,
+        };
+        let Ok(credential) = anchor.publish_credential(&self.certs_dir) else {
+            return;
+        };
+        let Some(Ok(key)) = anchor
+            .hello("adopted", true)
+            .session_key
+            .as_deref()
+            .map(super::server::parse_key)
+        else {
+            return;
+        };
+        let (rows, cols) = (live.rows.max(1), live.cols.max(1));
+        let info = HostedInfo {
+            id,
+            purpose: "adopted".into(),
+            argv: live.argv,
+            started: super::store::now(),
+            rows,
+            cols,
+            viewers: 0,
+            pending: 0,
+            exited: None,
+        };
+        {
+            let mut state = self.state.lock().expect("lock");
+            state.next_id = state.next_id.max(id);
+            state.sessions.insert(
+                id,
+                Session {
+                    info: info.clone(),
+                    session_id: session_id.clone(),
+                    parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
+                    viewers: BTreeMap::new(),
+                    prompts: Vec::new(),
+                    credential: Some(credential),
+                    adopted: true,
+                },
+            );
+        }
+        let (human, inbox) = mpsc::unbounded_channel();
+        self.spawn_inbox(id, inbox);
+        let _ = self.events.send(HostEvent::Adopted(Box::new(Started {
+            info,
+            session_id,
+            key,
+            human,
+        })));
     }
 
     pub fn list(&self) -> Vec<HostedInfo> {
@@ -327,9 +442,9 @@ impl Hosted {
                     {
                         return;
                     }
-                    // Used once: whoever reads it later in the sandbox finds
-                    // it spent.
-                    state.token = None;
+                    // Kept: the host reconnects with it to a coordinator
+                    // that replaces this one. Whoever else reads it in the
+                    // sandbox finds the place taken (one host at a time).
                     let (tx, rx) = mpsc::channel::<Frame>(VIEWER_QUEUE);
                     state.link = Some(tx);
                     state.generation += 1;
@@ -344,7 +459,7 @@ impl Hosted {
     }
 
     async fn read_host(
-        &self,
+        self: &Arc<Self>,
         mut frames: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
     ) {
         while let Some(Ok(body)) = frames.next().await {
@@ -360,6 +475,11 @@ impl Hosted {
                             session: frame.session,
                             data: encode(&frame.payload),
                         });
+                    }
+                }
+                kind::LIVE => {
+                    if let Ok(live) = serde_json::from_slice::<wire::Live>(&frame.payload) {
+                        self.adopt(frame.session, live);
                     }
                 }
                 kind::EXITED => {
@@ -438,13 +558,13 @@ impl Hosted {
                 code,
                 why,
             });
-            Ended {
+            HostEvent::Ended {
                 id,
                 session_id: s.session_id.clone(),
                 code,
             }
         };
-        let _ = self.ended.send(ended);
+        let _ = self.events.send(ended);
     }
 
     /// Starts the Session Host in the sandbox unless it is connected, and
@@ -464,6 +584,19 @@ impl Hosted {
             .clone()
             .ok_or("the sandbox is not running yet")?;
         let token = uuid::Uuid::new_v4().simple().to_string();
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&self.token_file)
+                .map_err(|e| format!("cannot write {}: {e}", self.token_file.display()))?;
+            f.write_all(token.as_bytes())
+                .map_err(|e| format!("cannot write {}: {e}", self.token_file.display()))?;
+        }
         let mut connected = self.connected.subscribe();
         let before = *connected.borrow_and_update();
         self.state.lock().expect("lock").token = Some(token.clone());
@@ -561,6 +694,7 @@ impl Hosted {
                     viewers,
                     prompts: Vec::new(),
                     credential: Some(credential),
+                    adopted: false,
                 },
             );
             state.spawns.insert(id, spawned_tx);

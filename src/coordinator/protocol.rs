@@ -186,6 +186,11 @@ pub enum CoordMsg {
         cols: u16,
         history: String,
         state: String,
+        /// The coordinator adopted the session from one that died: the
+        /// screen holds only what came since (a client that showed it
+        /// before keeps what it has).
+        #[serde(default)]
+        partial: bool,
     },
     /// Bytes a hosted session wrote (base64): untrusted pane output.
     Output {

@@ -16,7 +16,7 @@ use super::escalation::{
     AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
     Setup, ToHuman, Verdict,
 };
-use super::hosted::{Attachments, Hosted};
+use super::hosted::{Attachments, HostEvent, Hosted};
 use super::protocol::{
     ClientMsg, CoordMsg, DomainStatus, FrameError, FrameReader, PROTOCOL_VERSION, SessionInfo,
     StoppedBy, read_frame, write_frame,
@@ -193,13 +193,22 @@ impl Shared {
                 .as_ref()
                 .map_or("?", |s| s.layout.mode.as_str())
                 .to_string(),
-            sessions: self
-                .sessions
-                .lock()
-                .expect("lock")
-                .values()
-                .map(|s| s.info.clone())
-                .collect(),
+            // A client attached to a hosted session is a view of it, not a
+            // session of its own.
+            sessions: {
+                let views = self
+                    .hosted
+                    .get()
+                    .map(|h| h.viewer_conns())
+                    .unwrap_or_default();
+                self.sessions
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .filter(|(conn, _)| !views.contains(conn))
+                    .map(|(_, s)| s.info.clone())
+                    .collect()
+            },
             uptime: self.started.elapsed().as_secs(),
             coordinator_pid: std::process::id(),
             degraded: sandbox.as_ref().and_then(|_| {
@@ -402,15 +411,24 @@ async fn serve(
                 .create(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        let (hosted, mut ended) = Hosted::open(&dir, &anchor.certs_dir(&shared.engine.rundir))
-            .with_context(|| {
-                format!("cannot open the Session Host's socket in {}", dir.display())
-            })?;
+        let (hosted, mut events) = Hosted::open(
+            &dir,
+            &anchor.certs_dir(&shared.engine.rundir),
+            &anchor.domain_root(&shared.engine.data_root),
+        )
+        .with_context(|| format!("cannot open the Session Host's socket in {}", dir.display()))?;
         let _ = shared.hosted.set(hosted);
         let shared = shared.clone();
         tokio::spawn(async move {
-            while let Some(e) = ended.recv().await {
-                shared.hosted_ended(e.id, &e.session_id, Some(e.code)).await;
+            while let Some(e) = events.recv().await {
+                match e {
+                    HostEvent::Ended {
+                        id,
+                        session_id,
+                        code,
+                    } => shared.hosted_ended(id, &session_id, Some(code)).await,
+                    HostEvent::Adopted(started) => shared.hosted_adopted(*started).await,
+                }
             }
         });
     }
@@ -610,7 +628,7 @@ async fn serve(
             .join("escalate.sock"),
     );
     if let Some(hosted) = shared.hosted.get() {
-        let _ = std::fs::remove_file(hosted.socket());
+        hosted.forget();
     }
     // The Trust Anchor's client material dies with the domain.
     let _ = std::fs::remove_dir_all(shared.resolved.domain.certs_dir(&shared.engine.rundir));
@@ -639,14 +657,46 @@ impl Shared {
     fn remove_session(&self, conn: u64) -> (bool, usize, Vec<PendingPrompt>) {
         let mut s = self.sessions.lock().expect("lock");
         let removed = s.remove(&conn).is_some();
+        // Under the sessions lock: `Directory::ask` holds it too.
+        let orphans = self.take_prompts(conn);
+        (removed, s.len(), orphans)
+    }
+
+    /// The prompts waiting for a human that belong to `conn`.
+    fn take_prompts(&self, conn: u64) -> Vec<PendingPrompt> {
         let mut pending = self.pending.lock().expect("lock");
         let ids: Vec<String> = pending
             .iter()
             .filter(|(_, p)| p.conn == conn)
             .map(|(id, _)| id.clone())
             .collect();
-        let orphans = ids.iter().filter_map(|id| pending.remove(id)).collect();
-        (removed, s.len(), orphans)
+        ids.iter().filter_map(|id| pending.remove(id)).collect()
+    }
+
+    /// A session that outlived the coordinator before this one holds the
+    /// domain up again, and its escalations are heard.
+    async fn hosted_adopted(&self, started: super::hosted::Started) {
+        let id = started.info.id;
+        self.sessions.lock().expect("lock").insert(
+            super::hosted::CONN_BASE + u64::from(id),
+            LiveSession {
+                info: SessionInfo {
+                    session_id: started.session_id.clone(),
+                    pid: 0,
+                    purpose: format!("adopted (hosted {id})"),
+                },
+                key: Some(started.key),
+                human: Some(started.human),
+            },
+        );
+        log(&format!(
+            "hosted session {id} adopted from the Session Host"
+        ));
+        self.audit(
+            "session-adopt",
+            serde_json::json!({ "session_id": started.session_id, "hosted": id, "argv": started.info.argv }),
+        )
+        .await;
     }
 
     /// A hosted session ended (or never started): it no longer holds the
@@ -1492,7 +1542,17 @@ async fn serve_session(
             }
             ClientMsg::EndSession { session } => match shared.hosted.get() {
                 Some(h) => match h.hang_up(session).await {
-                    Ok(()) => continue,
+                    Ok(()) => {
+                        // Its human closed it: what it asked is denied now,
+                        // not when its processes are gone.
+                        let conn = super::hosted::CONN_BASE + u64::from(session);
+                        for p in shared.take_prompts(conn) {
+                            let _ = p.answer.send(Verdict::Deny {
+                                reason: Some("its tab was closed".into()),
+                            });
+                        }
+                        continue;
+                    }
                     Err(message) => CoordMsg::Error { message },
                 },
                 None => no_hosting(),

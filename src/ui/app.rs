@@ -135,6 +135,9 @@ pub struct App {
     pub stopped: Option<StoppedBy>,
     /// The human detached (`prefix d`): hosted sessions run on.
     pub detached: bool,
+    /// `prefix q` asked what becomes of the sessions that would outlive
+    /// the workbench; the next key answers.
+    quitting: bool,
     seen: Vec<Seen>,
     audit: Vec<AuditEntry>,
     message: Option<String>,
@@ -201,6 +204,7 @@ impl App {
             message: None,
             quit: false,
             detached: false,
+            quitting: false,
             dirty: true,
             cursor_style: None,
             stdout_terminal: false,
@@ -223,8 +227,19 @@ impl App {
         &mut self,
         size: Size,
         preconnected: Option<tab::Preconnected>,
+        reattach: &[Launch],
     ) -> std::sync::Arc<lazaret_widgets::pane::PaneState> {
         self.size = size;
+        if !reattach.is_empty() {
+            for launch in reattach {
+                self.open_tab_with(launch, None);
+            }
+            self.message = Some(format!(
+                "{} session(s) that outlived the last workbench shown again",
+                reattach.len()
+            ));
+            return std::sync::Arc::clone(&self.tabs[self.focus].state);
+        }
         let launch = self.launch.clone();
         self.open_tab_with(&launch, preconnected);
         std::sync::Arc::clone(&self.tabs[self.focus].state)

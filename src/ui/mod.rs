@@ -242,6 +242,20 @@ pub fn run(
         },
         Mode::Workbench => None,
     };
+    // The workbench shows again the sessions that outlived the last one.
+    let reattach: Vec<crate::client::Launch> = match mode {
+        Mode::Workbench if session == crate::client::SessionChoice::Start => {
+            running_sessions(&launch, &rt)
+                .into_iter()
+                .map(|n| {
+                    let mut l = launch.clone();
+                    l.session = crate::client::SessionChoice::Attach(n);
+                    l
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
 
     let (tx, rx) = std::sync::mpsc::channel();
     // A signal ends the UI through its loop, so the terminal is restored
@@ -301,7 +315,7 @@ pub fn run(
     );
     app.drawing_on_stdout();
     let size = term.size()?;
-    let pane = app.first_tab(size, preconnected);
+    let pane = app.first_tab(size, preconnected, &reattach);
     let result = app.run(&mut term, &rx);
     let outcome = app.outcome();
     let stopped = app.stopped.take();
@@ -356,6 +370,26 @@ pub fn run(
         Ok(code) => Ok(ExitCode::from(code)),
         Err(why) => Err(anyhow::anyhow!(why)),
     }
+}
+
+/// The hosted sessions running in `launch`'s domain, if it is up (a query:
+/// it starts nothing).
+fn running_sessions(launch: &crate::client::Launch, rt: &tokio::runtime::Runtime) -> Vec<u32> {
+    use crate::coordinator::protocol::ClientMsg;
+    let socket = launch.ctx.control_socket.clone();
+    rt.block_on(async move {
+        let Ok(mut c) = crate::coordinator::client::query(&socket).await else {
+            return Vec::new();
+        };
+        match c.call(&ClientMsg::Sessions).await {
+            Ok(CoordMsg::Sessions { sessions }) => sessions
+                .iter()
+                .filter(|s| s.exited.is_none())
+                .map(|s| s.id)
+                .collect(),
+            _ => Vec::new(),
+        }
+    })
 }
 
 /// `lazaret shell`'s session, connected on the plain terminal (the boot

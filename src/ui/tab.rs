@@ -608,9 +608,9 @@ async fn control(
         }
     };
     if let Some(pane) = pane {
-        // The session's credential is the coordinator's to publish.
-        drop(session);
-        let why = hosted_session(id, &launch, client, out_rx, &tx, &stopped, pane).await;
+        // The session's credential is the coordinator's to publish; this
+        // anchor only says hello again after a coordinator died.
+        let why = hosted_session(id, &launch, &session, client, out_rx, &tx, &stopped, pane).await;
         if let Err(why) = why {
             let _ = tx.send(Ev::Failed(id, why));
         }
@@ -710,9 +710,11 @@ type HostedParts = (Arc<HostedPane>, Arc<PaneState>, Arc<AtomicBool>);
 /// screen and output into the pane (parsed here, in order with resizes),
 /// the pane's keys out, and the domain's news to the UI. Ends when the
 /// session ends, the UI drops the tab, or the coordinator goes.
+#[allow(clippy::too_many_arguments)]
 async fn hosted_session(
     id: u64,
     launch: &Launch,
+    anchor: &SessionAnchor,
     client: client::Client,
     mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
     tx: &std::sync::mpsc::Sender<Ev>,
@@ -721,6 +723,7 @@ async fn hosted_session(
 ) -> std::result::Result<(), String> {
     let (r, mut w) = client.stream.into_split();
     let mut frames = FrameReader::new(r);
+
     let lost = |e: crate::coordinator::protocol::FrameError| {
         format!("the connection to the Session Coordinator failed: {e}")
     };
@@ -778,12 +781,74 @@ async fn hosted_session(
         }
     };
     let mut up = false;
+    // After a reconnection: the new coordinator's screen of an adopted
+    // session is partial, and this pane keeps what it showed.
+    let mut reattached = false;
+    let mut domain = client.domain.clone();
     loop {
         let msg = tokio::select! {
-            m = frames.next::<CoordMsg>() => m.map_err(lost)?,
+            m = frames.next::<CoordMsg>() => match m {
+                Ok(m) => m,
+                Err(e) => {
+                    // The coordinator died (the session lives on in the
+                    // sandbox's Session Host): reconnect to the one that
+                    // replaces it, and attach again.
+                    let Some(session) = pane.id().filter(|_| up) else {
+                        return Err(lost(e));
+                    };
+                    if tx.send(Ev::CoordinatorLost(id)).is_err() {
+                        return Ok(());
+                    }
+                    let c = client::reconnect(&launch.ctx, &anchor.hello(launch.purpose, true))
+                        .await
+                        .map_err(|e| {
+                            format!("cannot reconnect to domain {}: {e}", launch.ctx.anchor.hash())
+                        })?;
+                    domain = c.domain.clone();
+                    let (r, w2) = c.stream.into_split();
+                    frames = FrameReader::new(r);
+                    w = w2;
+                    let (rows, cols) = *pane.want.lock().expect("lock");
+                    // The session comes back once the new coordinator has
+                    // adopted it from the Session Host.
+                    let deadline = Instant::now() + Duration::from_secs(15);
+                    loop {
+                        write_frame(&mut w, &ClientMsg::Sessions).await.map_err(lost)?;
+                        let known = loop {
+                            match frames.next::<CoordMsg>().await.map_err(lost)? {
+                                CoordMsg::Sessions { sessions } => {
+                                    break sessions.iter().any(|s| s.id == session);
+                                }
+                                msg => {
+                                    let _ = tx.send(Ev::Coord(id, Box::new(msg)));
+                                }
+                            }
+                        };
+                        if known {
+                            break;
+                        }
+                        if Instant::now() > deadline {
+                            return Err(format!(
+                                "session {session} did not come back after the Session Coordinator died"
+                            ));
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    for msg in [
+                        ClientMsg::Resize { session, rows, cols },
+                        ClientMsg::Attach { session },
+                    ] {
+                        write_frame(&mut w, &msg).await.map_err(lost)?;
+                    }
+                    reattached = true;
+                    let _ = tx.send(Ev::Reconnected(id));
+                    continue;
+                }
+            },
             out = out_rx.recv() => match out {
                 Some(msg) => {
-                    write_frame(&mut w, &msg).await.map_err(lost)?;
+                    // A failed write shows as a failed read next.
+                    let _ = write_frame(&mut w, &msg).await;
                     continue;
                 }
                 // The UI let the tab go: the session lives on.
@@ -795,7 +860,7 @@ async fn hosted_session(
             CoordMsg::SessionStarted { session } if !up => {
                 pane.session.store(session.id, Ordering::Release);
                 up = true;
-                let _ = tx.send(Ev::Hosted(id, Box::new(client.domain.clone()), session.id));
+                let _ = tx.send(Ev::Hosted(id, Box::new(domain.clone()), session.id));
             }
             CoordMsg::Screen {
                 session,
@@ -803,15 +868,18 @@ async fn hosted_session(
                 cols,
                 history,
                 state: screen,
+                partial,
             } if mine(session) => {
-                // A fresh screen: what it answers to queries is not sent.
-                state.process(b"\x1bc");
-                state.resize(rows, cols);
-                state.process(history.as_bytes());
-                state.process(screen.as_bytes());
+                if !(partial && reattached) {
+                    // A fresh screen: what it answers to queries is not sent.
+                    state.process(b"\x1bc");
+                    state.resize(rows, cols);
+                    state.process(history.as_bytes());
+                    state.process(screen.as_bytes());
+                }
                 if !up {
                     up = true;
-                    let _ = tx.send(Ev::Hosted(id, Box::new(client.domain.clone()), session));
+                    let _ = tx.send(Ev::Hosted(id, Box::new(domain.clone()), session));
                 }
                 wake(&woke);
             }
@@ -823,7 +891,7 @@ async fn hosted_session(
                         session,
                         data: hosted::encode(&answer),
                     };
-                    write_frame(&mut w, &reply).await.map_err(lost)?;
+                    let _ = write_frame(&mut w, &reply).await;
                 }
                 wake(&woke);
             }

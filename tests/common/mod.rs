@@ -455,6 +455,20 @@ impl Tmux {
         }
     }
 
+    /// `prefix q` in the workbench, answering its question (when sessions
+    /// that would outlive it run) with `e`: end them.
+    pub fn quit_ending_sessions(&self) {
+        self.send(&["C-a", "q"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.alive() && std::time::Instant::now() < deadline {
+            if self.screen().contains("[e] end the") {
+                self.send(&["e"]);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// `true` while the session's program still runs.
     pub fn alive(&self) -> bool {
         self.cmd(&["has-session", "-t", "0"])

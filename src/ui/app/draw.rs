@@ -139,11 +139,18 @@ impl App {
                     b(format!("{p} 1..9"), "go to tab N"),
                     b(format!("{p} x"), "close tab (ends its session)"),
                     b(
+                        format!("{p} d"),
+                        "detach: leave, every session keeps running",
+                    ),
+                    b(
                         format!("{p} ,"),
                         "rename tab (Enter to keep, Esc to cancel)",
                     ),
                     b(format!("{p} {p}"), "send the prefix key to the shell"),
-                    b(format!("{p} q"), "quit (ends every session of this UI)"),
+                    b(
+                        format!("{p} q"),
+                        "quit: asks whether to end this UI's sessions or leave them running",
+                    ),
                     scroll,
                 ],
             },

@@ -68,6 +68,25 @@ impl App {
             self.help = false;
             return;
         }
+        if self.quitting {
+            // Leaving with sessions that outlive the workbench: the human
+            // says which happens to them.
+            self.quitting = false;
+            match key.code {
+                KeyCode::Char('e' | 'E') => {
+                    for t in &self.tabs {
+                        t.end_session();
+                    }
+                    self.quit = true;
+                }
+                KeyCode::Char('d' | 'D') => {
+                    self.detached = true;
+                    self.quit = true;
+                }
+                _ => {}
+            }
+            return;
+        }
         if self.new_tab.is_some() {
             self.new_tab_key(key);
             return;
@@ -282,7 +301,21 @@ impl App {
             KeyCode::Char('-') => self.input = typing(InputKind::Deny),
             KeyCode::Char('w') => self.toggle(Panel::Network),
             KeyCode::Char('?') => self.help = true,
-            KeyCode::Char('q') => self.quit = true,
+            KeyCode::Char('q') => {
+                let running = self.running_hosted().len();
+                if running == 0 {
+                    self.quit = true;
+                } else {
+                    self.quitting = true;
+                    self.message = Some(format!(
+                        "quit: [e] end the {running} session(s) of this UI · [d] detach, they keep running (`lazaret attach`, `lazaret ui`) · any other key stays"
+                    ));
+                }
+            }
+            KeyCode::Char('d') => {
+                self.detached = true;
+                self.quit = true;
+            }
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),
@@ -361,6 +394,9 @@ impl App {
             // Spec §5.2: abort ends the orchestrator, gracefully: every
             // session of this UI closes (their other requests are denied by
             // the coordinator), and with the last one the domain goes.
+            for t in &self.tabs {
+                t.end_session();
+            }
             self.quit = true;
         }
         true
