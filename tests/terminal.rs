@@ -471,7 +471,7 @@ fn child_named(parent: u32, name: &str) -> Option<i32> {
 }
 
 /// SIGTERM and SIGHUP to `lazaret ui`: it leaves through its own way out,
-/// the terminal restored and the domain torn down.
+/// the terminal restored, its session left running (`down` ends it).
 #[test]
 fn signals_restore_the_terminal() {
     let d = Domain::new("gv");
@@ -488,7 +488,18 @@ fn signals_restore_the_terminal() {
         assert!(s.contains(&format!("EXIT={code}")), "{s}");
         assert!(!s.contains("INPUT:"), "{s}");
         assert_eq!(terminal_state(&t).0, CLEAN_MODES);
+        // A closed terminal leaves the session running (decisions.md D14),
+        // and says so.
+        assert!(s.contains("keeps running"), "{s}");
         drop(t);
+        let status = d.status().expect("the session's domain stays up");
+        assert_eq!(status["hosted"][0]["viewers"], 0, "{status}");
+        assert!(status["hosted"][0]["exited"].is_null(), "{status}");
+        let out = d
+            .cmd_raw(STANDARD_PATH, &["down", "gv"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out).1);
         d.wait_until_gone();
     }
     // SIGTERM to `lazaret exec`: the exec ends, Lazaret leaves with 143.
