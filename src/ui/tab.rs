@@ -313,7 +313,10 @@ impl Tab {
             Arc::new(h)
         });
         let woke = Arc::new(AtomicBool::new(false));
-        let pane = hosted.clone().map(|h| (h, state.clone(), woke.clone()));
+        let started = Instant::now();
+        let pane = hosted
+            .clone()
+            .map(|h| (h, state.clone(), woke.clone(), started));
         let control = std::thread::Builder::new()
             .name(format!("control-{id}"))
             .spawn(move || {
@@ -591,6 +594,8 @@ async fn control(
     stopped: Arc<Mutex<Option<StoppedBy>>>,
     pane: Option<HostedParts>,
 ) {
+    // `lazaret shell` and `attach` said their steps on the plain terminal.
+    let announce = preconnected.is_none();
     let connected = match preconnected {
         Some(p) => tokio::net::UnixStream::from_std(p.stream)
             .map(|stream| {
@@ -610,7 +615,10 @@ async fn control(
     if let Some(pane) = pane {
         // The session's credential is the coordinator's to publish; this
         // anchor only says hello again after a coordinator died.
-        let why = hosted_session(id, &launch, &session, client, out_rx, &tx, &stopped, pane).await;
+        let why = hosted_session(
+            id, &launch, &session, client, out_rx, &tx, &stopped, pane, announce,
+        )
+        .await;
         if let Err(why) = why {
             let _ = tx.send(Ev::Failed(id, why));
         }
@@ -704,7 +712,7 @@ async fn control(
 }
 
 /// What the control thread of a hosted tab shares with the tab.
-type HostedParts = (Arc<HostedPane>, Arc<PaneState>, Arc<AtomicBool>);
+type HostedParts = (Arc<HostedPane>, Arc<PaneState>, Arc<AtomicBool>, Instant);
 
 /// A hosted tab's control stream: start or attach, then the session's
 /// screen and output into the pane (parsed here, in order with resizes),
@@ -719,7 +727,8 @@ async fn hosted_session(
     mut out_rx: tokio::sync::mpsc::UnboundedReceiver<ClientMsg>,
     tx: &std::sync::mpsc::Sender<Ev>,
     stopped: &Mutex<Option<StoppedBy>>,
-    (pane, state, woke): HostedParts,
+    (pane, state, woke, started): HostedParts,
+    announce: bool,
 ) -> std::result::Result<(), String> {
     let (r, mut w) = client.stream.into_split();
     let mut frames = FrameReader::new(r);
@@ -765,6 +774,16 @@ async fn hosted_session(
             pane.session.store(session, Ordering::Release);
         }
         _ => {
+            if announce {
+                // In the pane, before the session's first byte can be.
+                state.process(
+                    paint(&format!(
+                        "\x1b[2m[{:>5.1}s]\x1b[0m the domain is up; starting the shell\r\n",
+                        started.elapsed().as_secs_f64()
+                    ))
+                    .as_bytes(),
+                );
+            }
             let start = ClientMsg::SessionStart {
                 argv: launch.argv.clone(),
                 rows,

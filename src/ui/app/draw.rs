@@ -117,15 +117,28 @@ impl App {
             ],
         };
         if self.mode == Mode::Shell {
+            let hosted = self.tabs.iter().any(|t| t.hosted.is_some());
+            let mut bindings = vec![b(format!("{p} {p}"), "send the prefix key to the shell")];
+            if hosted {
+                bindings.push(b(
+                    format!("{p} d"),
+                    "detach: leave, the session keeps running (`lazaret attach` returns)",
+                ));
+            }
+            bindings.push(b(
+                format!("{p} q"),
+                if hosted {
+                    "quit: leave, the session keeps running"
+                } else {
+                    "quit (ends this session)"
+                },
+            ));
+            bindings.push(b(format!("{p} ?"), "this help (any key closes it)"));
+            bindings.push(scroll);
             return vec![
                 HelpSection {
                     title: "Shell".into(),
-                    bindings: vec![
-                        b(format!("{p} {p}"), "send the prefix key to the shell"),
-                        b(format!("{p} q"), "quit (ends this session)"),
-                        b(format!("{p} ?"), "this help (any key closes it)"),
-                        scroll,
-                    ],
+                    bindings,
                 },
                 modal,
             ];
