@@ -31,6 +31,8 @@ use super::protocol::CoordMsg;
 
 /// Rows of scrollback kept per session, besides its screen.
 pub const SCROLLBACK_ROWS: usize = 2_000;
+/// Ended sessions whose last screen is kept.
+const KEPT_ENDED: usize = 8;
 /// Messages queued for one client before it is counted as lagging: it
 /// then gets a fresh screen once it has read what was queued.
 const VIEWER_QUEUE: usize = 1024;
@@ -558,11 +560,23 @@ impl Hosted {
                 code,
                 why,
             });
-            HostEvent::Ended {
+            let ended = HostEvent::Ended {
                 id,
                 session_id: s.session_id.clone(),
                 code,
+            };
+            // Ended sessions stay listed (and attachable, for their last
+            // screen) until more than KEPT_ENDED have ended.
+            let gone: Vec<u32> = state
+                .sessions
+                .values()
+                .filter(|s| s.info.exited.is_some())
+                .map(|s| s.info.id)
+                .collect();
+            for old in gone.iter().take(gone.len().saturating_sub(KEPT_ENDED)) {
+                state.sessions.remove(old);
             }
+            ended
         };
         let _ = self.events.send(ended);
     }
@@ -825,20 +839,20 @@ impl Hosted {
         }
     }
 
-    /// Typed keys and pastes for a session.
-    pub async fn input(&self, id: u32, bytes: &[u8]) -> Result<(), String> {
+    /// Typed keys and pastes for a session. Never waits for the host:
+    /// one the agent stopped must not hold up the client's connection
+    /// (and the prompts on it); what does not fit is dropped.
+    pub fn input(&self, id: u32, bytes: &[u8]) -> Result<(), String> {
         let link = self.running_link(id)?;
         for piece in bytes.chunks(wire::CHUNK) {
-            link.send(Frame::new(kind::INPUT, id, piece))
-                .await
-                .map_err(|_| "the Session Host went away".to_string())?;
+            to_host(&link, Frame::new(kind::INPUT, id, piece))?;
         }
         Ok(())
     }
 
     /// The session's size, set by the client that last resized it; the
     /// others get the screen redrawn at that size.
-    pub async fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), String> {
+    pub fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), String> {
         let (rows, cols) = (rows.max(1), cols.max(1));
         let link = self.running_link(id)?;
         {
@@ -859,21 +873,20 @@ impl Hosted {
         }
         let mut size = rows.to_be_bytes().to_vec();
         size.extend_from_slice(&cols.to_be_bytes());
-        link.send(Frame::new(kind::RESIZE, id, size))
-            .await
-            .map_err(|_| "the Session Host went away".to_string())
+        to_host(&link, Frame::new(kind::RESIZE, id, size))
     }
 
     /// Hangs a session up (SIGHUP to its process group).
-    pub async fn hang_up(&self, id: u32) -> Result<(), String> {
+    pub fn hang_up(&self, id: u32) -> Result<(), String> {
         let link = self.running_link(id)?;
-        link.send(Frame::new(
-            kind::SIGNAL,
-            id,
-            (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes(),
-        ))
-        .await
-        .map_err(|_| "the Session Host went away".to_string())
+        to_host(
+            &link,
+            Frame::new(
+                kind::SIGNAL,
+                id,
+                (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes(),
+            ),
+        )
     }
 
     /// A prompt of a hosted session was answered by `conn`: the others
@@ -908,6 +921,14 @@ impl Hosted {
             .clone()
             .ok_or_else(|| "the Session Host is not connected".into())
     }
+}
+
+/// A frame for the host, unless its queue is full (it stopped reading).
+fn to_host(link: &mpsc::Sender<Frame>, frame: Frame) -> Result<(), String> {
+    link.try_send(frame).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => "the Session Host is not reading".to_string(),
+        mpsc::error::TrySendError::Closed(_) => "the Session Host went away".to_string(),
+    })
 }
 
 fn nonzero(n: u16) -> NonZeroU16 {

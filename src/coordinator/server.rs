@@ -1526,7 +1526,7 @@ async fn serve_session(
             ClientMsg::Input { session, data } => {
                 if let (Some(h), Ok(bytes)) = (shared.hosted.get(), super::hosted::decode(&data)) {
                     // A session that ended meanwhile: its keys go nowhere.
-                    let _ = h.input(session, &bytes).await;
+                    let _ = h.input(session, &bytes);
                 }
                 continue;
             }
@@ -1536,12 +1536,12 @@ async fn serve_session(
                 cols,
             } => {
                 if let Some(h) = shared.hosted.get() {
-                    let _ = h.resize(session, rows, cols, conn).await;
+                    let _ = h.resize(session, rows, cols, conn);
                 }
                 continue;
             }
             ClientMsg::EndSession { session } => match shared.hosted.get() {
-                Some(h) => match h.hang_up(session).await {
+                Some(h) => match h.hang_up(session) {
                     Ok(()) => {
                         // Its human closed it: what it asked is denied now,
                         // not when its processes are gone.
