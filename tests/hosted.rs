@@ -126,6 +126,15 @@ fn outlives_its_client(profile: &'static str) {
         .collect();
     assert_eq!(ends.len(), 1, "{ends:?}");
     assert_eq!(ends[0]["data"]["code"], 7, "{ends:?}");
+    // The audit log names the client that answered the request.
+    let records = d.audit_json();
+    let answered: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "answered-by" && r["data"]["hosted"] == true)
+        .collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    let by = answered[0]["data"]["by"].as_str().unwrap_or_default();
+    assert!(by.contains(&format!("attach -p {profile} {n}")), "{by}");
 }
 
 #[test]

@@ -1575,16 +1575,25 @@ async fn serve_session(
                 };
                 match taken {
                     Some(p) => {
-                        if p.conn >= super::hosted::CONN_BASE {
-                            let by = stopped_by(frames.get_ref().as_ref());
-                            log(&format!(
-                                "request {request_id} of a hosted session answered by `{}` (pid {})",
-                                by.command, by.pid
-                            ));
-                            if let Some(h) = shared.hosted.get() {
-                                h.answered(&request_id, conn);
-                            }
+                        let hosted = p.conn >= super::hosted::CONN_BASE;
+                        if hosted && let Some(h) = shared.hosted.get() {
+                            h.answered(&request_id, conn);
                         }
+                        // Which of the user's clients answered, before the
+                        // decision's own record.
+                        let by = stopped_by(frames.get_ref().as_ref());
+                        shared
+                            .audit(
+                                "answered-by",
+                                serde_json::json!({
+                                    "request_id": request_id,
+                                    "by": by.command,
+                                    "user": by.user,
+                                    "pid": by.pid,
+                                    "hosted": hosted,
+                                }),
+                            )
+                            .await;
                         let _ = p.answer.send(verdict);
                     }
                     None => log(&format!(
