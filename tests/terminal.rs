@@ -495,10 +495,7 @@ fn signals_restore_the_terminal() {
         let status = d.status().expect("the session's domain stays up");
         assert_eq!(status["hosted"][0]["viewers"], 0, "{status}");
         assert!(status["hosted"][0]["exited"].is_null(), "{status}");
-        let out = d
-            .cmd_raw(STANDARD_PATH, &["down", "gv"])
-            .output()
-            .unwrap();
+        let out = d.cmd_raw(STANDARD_PATH, &["down", "gv"]).output().unwrap();
         assert!(out.status.success(), "{}", text(&out).1);
         d.wait_until_gone();
     }

@@ -308,7 +308,7 @@ impl App {
                 } else {
                     self.quitting = true;
                     self.message = Some(format!(
-                        "quit: [e] end the {running} session(s) of this UI · [d] detach, they keep running (`lazaret attach`, `lazaret ui`) · any other key stays"
+                        "quit? [e] end the {running} session(s) · [d] detach, they run on"
                     ));
                 }
             }
