@@ -238,7 +238,13 @@ pub struct Hosted {
     /// A token was found there: the host of an earlier coordinator may
     /// come back, and is waited for before another is started.
     returning: AtomicBool,
+    /// Whether a session id is in the coordinator's table already (an
+    /// adopted session may not take another session's identity).
+    taken: std::sync::OnceLock<SessionIdTaken>,
 }
+
+/// See [`Hosted::set_taken`].
+pub type SessionIdTaken = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Hosted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -279,6 +285,7 @@ impl Hosted {
             connected: watch::channel(0).0,
             events,
             token_file,
+            taken: std::sync::OnceLock::new(),
         });
         tokio::spawn(hosted.clone().accept(listener));
         Ok((hosted, events_rx))
@@ -288,6 +295,11 @@ impl Hosted {
     pub fn forget(&self) {
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_file(&self.token_file);
+    }
+
+    /// How to tell a session id the coordinator knows already.
+    pub fn set_taken(&self, taken: SessionIdTaken) {
+        let _ = self.taken.set(taken);
     }
 
     /// The sandbox is up: sessions can start in it.
@@ -335,9 +347,35 @@ impl Hosted {
     /// empty screen (what it showed before is gone with the coordinator
     /// that kept it).
     fn adopt(self: &Arc<Self>, id: u32, live: wire::Live) {
-        let Some(session_id) = live.session_id else {
+        // What a LIVE frame says is the agent's to forge (it can read the
+        // token in the sandbox): a session id that is not a UUID v4 (a
+        // path for the credential file), one already in use, a number
+        // taken by a running session or a 65th session are refused.
+        let Some(session_id) = live
+            .session_id
+            .filter(|s| uuid::Uuid::parse_str(s).is_ok_and(|u| u.get_version_num() == 4))
+        else {
             return;
         };
+        {
+            let state = self.state.lock().expect("lock");
+            let running: Vec<&Session> = state
+                .sessions
+                .values()
+                .filter(|s| s.info.exited.is_none())
+                .collect();
+            if id == 0
+                || running.len() >= wire::MAX_SESSIONS
+                || running
+                    .iter()
+                    .any(|s| s.info.id == id || s.session_id == session_id)
+            {
+                return;
+            }
+        }
+        if self.taken.get().is_some_and(|taken| taken(&session_id)) {
+            return;
+        }
         let anchor = match SessionAnchor::with_id(session_id.clone()) {
             Ok(a) => a,
             Err(_) => return,
@@ -940,5 +978,90 @@ async fn write_frames(mut w: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Rec
         if w.write_all(&frame.encode()).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn live(session_id: &str) -> Vec<u8> {
+        serde_json::to_vec(&wire::Live {
+            argv: vec!["/bin/sh".into()],
+            session_id: Some(session_id.into()),
+            rows: 24,
+            cols: 80,
+            pid: 7,
+        })
+        .unwrap()
+    }
+
+    /// A Session Host that comes back to a new coordinator is adopted
+    /// from what it says, which the agent can forge: a session id that is
+    /// a path, not a UUID v4, or another session's, and a number in use,
+    /// are refused; nothing is written outside the certs folder.
+    #[tokio::test]
+    async fn forged_live_sessions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (esc, certs, root) = (
+            dir.path().join("esc"),
+            dir.path().join("certs"),
+            dir.path().join("root"),
+        );
+        for d in [&esc, &certs, &root] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(root.join("session-host.token"), "tok").unwrap();
+        let (hosted, mut events) = Hosted::open(&esc, &certs, &root).unwrap();
+        let known = uuid::Uuid::new_v4().to_string();
+        let k = known.clone();
+        hosted.set_taken(Box::new(move |id: &str| id == k));
+        let good = uuid::Uuid::new_v4().to_string();
+        let mut host = tokio::net::UnixStream::connect(hosted.socket.clone())
+            .await
+            .unwrap();
+        let frames = [
+            Frame::new(kind::HELLO, 0, b"tok".to_vec()),
+            Frame::new(kind::LIVE, 1, live("../../escaped")),
+            Frame::new(kind::LIVE, 2, live("not-a-uuid")),
+            Frame::new(kind::LIVE, 3, live(&uuid::Uuid::nil().to_string())),
+            Frame::new(kind::LIVE, 4, live(&known)),
+            Frame::new(kind::LIVE, 5, live(&good)),
+            Frame::new(kind::LIVE, 5, live(&uuid::Uuid::new_v4().to_string())),
+            Frame::new(kind::LIVE, 6, live(&good)),
+        ];
+        for f in frames {
+            host.write_all(&f.encode()).await.unwrap();
+        }
+        let adopted = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let HostEvent::Adopted(started) = adopted else {
+            panic!("{adopted:?}");
+        };
+        assert_eq!(
+            (started.info.id, started.session_id.as_str()),
+            (5, good.as_str())
+        );
+        // Nothing else comes: every other frame was refused.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), events.recv())
+                .await
+                .is_err()
+        );
+        let ids: Vec<u32> = hosted.list().iter().map(|s| s.id).collect();
+        assert_eq!(ids, vec![5]);
+        let written: Vec<String> = std::fs::read_dir(&certs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            written,
+            vec![lazaret_escalate::signing::credential_file_name(&good)]
+        );
+        assert!(!dir.path().join("escaped.cred").exists());
+        assert!(!dir.path().join("session-..").exists());
     }
 }

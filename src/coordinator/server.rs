@@ -417,6 +417,16 @@ async fn serve(
             &anchor.domain_root(&shared.engine.data_root),
         )
         .with_context(|| format!("cannot open the Session Host's socket in {}", dir.display()))?;
+        let weak = Arc::downgrade(&shared);
+        hosted.set_taken(Box::new(move |id: &str| {
+            weak.upgrade().is_some_and(|s| {
+                s.sessions
+                    .lock()
+                    .expect("lock")
+                    .values()
+                    .any(|l| l.info.session_id == id)
+            })
+        }));
         let _ = shared.hosted.set(hosted);
         let shared = shared.clone();
         tokio::spawn(async move {
