@@ -49,9 +49,11 @@ pub const BINARY_PATH: &str = "/run/lazaret/escalate";
 pub const READY_MARKER: &str = "/run/lazaret/certs/ready";
 /// Its name in the host's certs folder.
 pub const READY_MARKER_NAME: &str = "ready";
-/// In `--version`: this build's confined exec waits for [`READY_MARKER`].
-/// The host refuses a build without it, whose sessions would not wait.
-pub const SESSION_GATE: &str = "session-gate/1";
+/// In `--version`: this build's confined exec waits for [`READY_MARKER`],
+/// and it runs the Session Host (`session-host`, version 2). The host
+/// refuses a build without it, whose sessions would not wait or could not
+/// live in the domain.
+pub const SESSION_GATE: &str = "session-gate/2";
 /// The agent's guide inside the sandbox; the host writes [`GUIDE`] there.
 pub const GUIDE_PATH: &str = "/run/lazaret/README.md";
 /// The Agent Workspace inside the sandbox; request `cwd`s must lie under it.
