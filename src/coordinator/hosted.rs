@@ -325,21 +325,25 @@ impl Hosted {
             .is_some_and(|s| s.info.exited.is_none())
     }
 
-    /// Starts the Session Host unless it runs; when the host of the
-    /// coordinator before this one may come back, waits for it first.
-    pub async fn prepare(&self) -> Result<(), String> {
-        if self.returning.swap(false, Ordering::AcqRel) {
-            let mut connected = self.connected.subscribe();
-            let _ = tokio::time::timeout(RETURN_DEADLINE, async {
-                while *connected.borrow_and_update() == 0 {
-                    if connected.changed().await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .await;
+    /// After a coordinator's death: waits (a few seconds) for the Session
+    /// Host of the one before to come back, so its sessions are adopted
+    /// rather than a second host started. Otherwise nothing: the host
+    /// starts with the domain's first hosted session, so a domain that
+    /// has none (`exec`, `shell`) never pays for it.
+    pub async fn await_returning(&self) {
+        let _one = self.launching.lock().await;
+        if !self.returning.swap(false, Ordering::AcqRel) {
+            return;
         }
-        self.link().await.map(drop)
+        let mut connected = self.connected.subscribe();
+        let _ = tokio::time::timeout(RETURN_DEADLINE, async {
+            while *connected.borrow_and_update() == 0 {
+                if connected.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
     }
 
     /// A session the host runs from before this coordinator: it gets its

@@ -525,14 +525,8 @@ async fn serve(
                     shared.audit("domain-up", up).await;
                     if let Some(hosted) = shared.hosted.get() {
                         hosted.set_sandbox(&sandbox.name);
-                        // Started now, so that a new session need not
-                        // wait for a `podman exec`.
                         let hosted = hosted.clone();
-                        tokio::spawn(async move {
-                            if let Err(e) = hosted.prepare().await {
-                                log(&e);
-                            }
-                        });
+                        tokio::spawn(async move { hosted.await_returning().await });
                     }
                     *shared.sandbox.lock().expect("lock") = Some(sandbox);
                     let _ = boot_tx.send(Boot::Ready);
