@@ -46,6 +46,11 @@ impl SessionAnchor {
         })
     }
 
+    /// The Session Anchor's public key.
+    pub fn public_key(&self) -> lazaret_escalate::ed25519_dalek::VerifyingKey {
+        self.key.public_key()
+    }
+
     /// The handshake of this session.
     pub fn hello(&self, purpose: &str, interactive: bool) -> Hello {
         Hello {

@@ -82,6 +82,23 @@ pub struct HostedInfo {
     pub exited: Option<i32>,
 }
 
+impl HostedInfo {
+    /// A session starting now (or adopted now), with no client yet.
+    fn running(id: u32, purpose: String, argv: Vec<String>, rows: u16, cols: u16) -> HostedInfo {
+        HostedInfo {
+            id,
+            purpose,
+            argv,
+            started: super::store::now(),
+            rows,
+            cols,
+            viewers: 0,
+            pending: 0,
+            exited: None,
+        }
+    }
+}
+
 /// One attached client: its queue, and whether it missed messages.
 #[derive(Debug, Clone)]
 struct Viewer {
@@ -387,26 +404,9 @@ impl Hosted {
         let Ok(credential) = anchor.publish_credential(&self.certs_dir) else {
             return;
         };
-        let Some(Ok(key)) = anchor
-            .hello("adopted", true)
-            .session_key
-            .as_deref()
-            .map(super::server::parse_key)
-        else {
-            return;
-        };
+        let key = anchor.public_key();
         let (rows, cols) = (live.rows.max(1), live.cols.max(1));
-        let info = HostedInfo {
-            id,
-            purpose: "adopted".into(),
-            argv: live.argv,
-            started: super::store::now(),
-            rows,
-            cols,
-            viewers: 0,
-            pending: 0,
-            exited: None,
-        };
+        let info = HostedInfo::running(id, "adopted".into(), live.argv, rows, cols);
         {
             let mut state = self.state.lock().expect("lock");
             state.next_id = state.next_id.max(id);
@@ -716,12 +716,7 @@ impl Hosted {
         let credential = anchor
             .publish_credential(&self.certs_dir)
             .map_err(|e| format!("{e:#}"))?;
-        let key = anchor
-            .hello(&purpose, true)
-            .session_key
-            .as_deref()
-            .map(super::server::parse_key)
-            .ok_or("the session has no key")??;
+        let key = anchor.public_key();
         let (rows, cols) = (rows.max(1), cols.max(1));
         let (human, inbox) = mpsc::unbounded_channel();
         let (spawned_tx, spawned_rx) = oneshot::channel();
@@ -734,17 +729,7 @@ impl Hosted {
             state.sessions.insert(
                 id,
                 Session {
-                    info: HostedInfo {
-                        id,
-                        purpose: purpose.clone(),
-                        argv: argv.clone(),
-                        started: super::store::now(),
-                        rows,
-                        cols,
-                        viewers: 0,
-                        pending: 0,
-                        exited: None,
-                    },
+                    info: HostedInfo::running(id, purpose.clone(), argv.clone(), rows, cols),
                     session_id: anchor.id.clone(),
                     parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
                     viewers,

@@ -677,9 +677,9 @@ impl Shared {
         ids.iter().filter_map(|id| pending.remove(id)).collect()
     }
 
-    /// A session that outlived the coordinator before this one holds the
-    /// domain up again, and its escalations are heard.
-    async fn hosted_adopted(&self, started: super::hosted::Started) {
+    /// A hosted session in the coordinator's table: it holds the domain
+    /// up, and the Escalation Socket knows its key and where its prompts go.
+    fn hold_hosted(&self, started: &super::hosted::Started, purpose: &str) {
         let id = started.info.id;
         self.sessions.lock().expect("lock").insert(
             super::hosted::CONN_BASE + u64::from(id),
@@ -687,12 +687,19 @@ impl Shared {
                 info: SessionInfo {
                     session_id: started.session_id.clone(),
                     pid: 0,
-                    purpose: format!("adopted (hosted {id})"),
+                    purpose: format!("{purpose} (hosted {id})"),
                 },
                 key: Some(started.key),
-                human: Some(started.human),
+                human: Some(started.human.clone()),
             },
         );
+    }
+
+    /// A session that outlived the coordinator before this one holds the
+    /// domain up again, and its escalations are heard.
+    async fn hosted_adopted(&self, started: super::hosted::Started) {
+        let id = started.info.id;
+        self.hold_hosted(&started, "adopted");
         log(&format!(
             "hosted session {id} adopted from the Session Host"
         ));
@@ -1290,7 +1297,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
     }
 }
 
-pub(super) fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
+fn parse_key(hex: &str) -> Result<VerifyingKey, String> {
     let bytes: Vec<u8> = (0..hex.len())
         .step_by(2)
         .map(|i| {
@@ -1638,18 +1645,7 @@ impl Shared {
             Err(message) => return CoordMsg::Error { message },
         };
         let id = started.info.id;
-        self.sessions.lock().expect("lock").insert(
-            super::hosted::CONN_BASE + u64::from(id),
-            LiveSession {
-                info: SessionInfo {
-                    session_id: started.session_id.clone(),
-                    pid: 0,
-                    purpose: format!("{purpose} (hosted {id})"),
-                },
-                key: Some(started.key),
-                human: Some(started.human),
-            },
-        );
+        self.hold_hosted(&started, &purpose);
         self.audit(
             "session-start",
             serde_json::json!({
