@@ -50,10 +50,10 @@ pub const READY_MARKER: &str = "/run/lazaret/certs/ready";
 /// Its name in the host's certs folder.
 pub const READY_MARKER_NAME: &str = "ready";
 /// In `--version`: this build's confined exec waits for [`READY_MARKER`],
-/// and it runs the Session Host (`session-host`, version 2). The host
-/// refuses a build without it, whose sessions would not wait or could not
-/// live in the domain.
-pub const SESSION_GATE: &str = "session-gate/2";
+/// and it runs the Session Host (`session-host`, version 3: spare
+/// sessions). The host refuses a build without it, whose sessions would not
+/// wait or could not live in the domain.
+pub const SESSION_GATE: &str = "session-gate/3";
 /// The agent's guide inside the sandbox; the host writes [`GUIDE`] there.
 pub const GUIDE_PATH: &str = "/run/lazaret/README.md";
 /// The Agent Workspace inside the sandbox; request `cwd`s must lie under it.

@@ -55,6 +55,9 @@ pub mod kind {
     pub const RESIZE: u8 = 18;
     /// Payload: i32, a signal for the session's process group.
     pub const SIGNAL: u8 = 19;
+    /// No payload: a spare session is a session like the others from now
+    /// on (a client asked for one like it).
+    pub const CLAIM: u8 = 20;
 }
 
 /// What the coordinator asks the host to start.
@@ -66,6 +69,12 @@ pub struct Spawn {
     pub env: Vec<(String, String)>,
     pub rows: u16,
     pub cols: u16,
+    /// Started before anyone asked, so that the next new tab finds its
+    /// shell already at its prompt: not announced to a coordinator that
+    /// replaces this one (nobody opened it), hung up instead, and it does
+    /// not keep the host waiting for one.
+    #[serde(default)]
+    pub spare: bool,
 }
 
 /// A session the host still runs when a (new) coordinator connects: the
@@ -181,6 +190,7 @@ struct Session {
     /// blocks only its own input, never the host.
     input: std::sync::mpsc::SyncSender<Vec<u8>>,
     pid: u32,
+    spare: bool,
 }
 
 /// Pieces of input queued per session before more are dropped.
@@ -206,10 +216,12 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
                 .lock()
                 .map_err(|_| std::io::Error::other("writer poisoned"))? = Some(stream.try_clone()?);
             send(&writer, &Frame::new(kind::HELLO, 0, token.as_bytes()))?;
+            hang_up_spares(&sessions);
             let live: Vec<(u32, Live)> = sessions
                 .lock()
                 .map(|all| {
                     all.iter()
+                        .filter(|(_, s)| !s.spare)
                         .map(|(id, s)| {
                             let live = Live {
                                 argv: s.argv.clone(),
@@ -262,9 +274,26 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
     result
 }
 
-/// With no session running, a lost connection ends the host.
+/// With no session running (spares do not count), a lost connection ends
+/// the host.
 fn first_failure_is_final(sessions: &Mutex<HashMap<u32, Session>>) -> bool {
-    sessions.lock().map(|s| s.is_empty()).unwrap_or(true)
+    sessions
+        .lock()
+        .map(|s| s.values().all(|s| s.spare))
+        .unwrap_or(true)
+}
+
+/// A coordinator that did not start the spares would not know them: they
+/// go (their exits reach it as sessions it never had, and are ignored).
+fn hang_up_spares(sessions: &Mutex<HashMap<u32, Session>>) {
+    if let Ok(all) = sessions.lock() {
+        for s in all.values().filter(|s| s.spare) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(s.pid as i32),
+                nix::sys::signal::Signal::SIGHUP,
+            );
+        }
+    }
 }
 
 /// The first connection must succeed at once; a reconnection is tried
@@ -351,6 +380,13 @@ fn serve(
                     set_size(&s.master, rows, cols);
                 }
             }
+            kind::CLAIM => {
+                if let Ok(mut all) = sessions.lock()
+                    && let Some(s) = all.get_mut(&frame.session)
+                {
+                    s.spare = false;
+                }
+            }
             kind::SIGNAL if frame.payload.len() == 4 => {
                 let sig = i32::from_be_bytes(frame.payload[..4].try_into().unwrap_or([0; 4]));
                 if let Some(pid) = sessions
@@ -410,6 +446,16 @@ fn start(
     };
     let pty = nix::pty::openpty(Some(&ws), None)
         .map_err(|e| Failed::Refused(format!("cannot open a PTY: {e}")))?;
+    // openpty(3) leaves both ends inheritable: every later session's
+    // processes would hold this one's master (its keys and screen) and its
+    // terminal (so its end would not be seen until theirs).
+    for fd in [&pty.master, &pty.slave] {
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|e| Failed::Refused(format!("cannot keep the PTY to this session: {e}")))?;
+    }
     let stdio = |fd: &OwnedFd| -> Result<Stdio, Failed> {
         Ok(Stdio::from(fd.try_clone().map_err(|e| {
             Failed::Refused(format!("cannot share the PTY: {e}"))
@@ -475,6 +521,7 @@ fn start(
                 master: master.clone(),
                 input,
                 pid,
+                spare: spawn.spare,
             },
         );
     let (writer, sessions) = (writer.clone(), sessions.clone());
@@ -543,6 +590,7 @@ mod tests {
             env: vec![("TERM".into(), "xterm".into())],
             rows: 30,
             cols: 100,
+            spare: false,
         };
         let body = serde_json::to_vec(&spawn).unwrap();
         conn.write_all(&Frame::new(kind::SPAWN, 1, body).encode())
@@ -570,5 +618,138 @@ mod tests {
         assert_eq!(code, 3);
         drop(conn);
         assert_eq!(host.join().unwrap(), Ok(()));
+    }
+
+    /// A host running in a thread, connected to a listener of the test's
+    /// and greeted.
+    fn greeted_host() -> (
+        tempfile::TempDir,
+        std::os::unix::net::UnixListener,
+        UnixStream,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let p = path.to_str().unwrap().to_string();
+        std::thread::spawn(move || run(&p, "tok"));
+        let (mut conn, _) = listener.accept().unwrap();
+        assert_eq!(read_frame(&mut conn).unwrap().unwrap().kind, kind::HELLO);
+        (dir, listener, conn)
+    }
+
+    fn spawn_frame(id: u32, script: &str, spare: bool) -> Vec<u8> {
+        let spawn = Spawn {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            env: vec![],
+            rows: 24,
+            cols: 80,
+            spare,
+        };
+        Frame::new(kind::SPAWN, id, serde_json::to_vec(&spawn).unwrap()).encode()
+    }
+
+    /// Spares are not announced to a coordinator that replaces the one
+    /// that made them, and are hung up then; a claimed spare is a session
+    /// like the others.
+    #[test]
+    fn spares_are_hung_up_not_announced_after_a_reconnection() {
+        let (_dir, listener, mut conn) = greeted_host();
+        for (id, script, spare) in [
+            (1, "exec sleep 60", false),
+            (2, "exec sleep 60", true),
+            (3, "exec sleep 60", true),
+        ] {
+            conn.write_all(&spawn_frame(id, script, spare)).unwrap();
+            let f = read_frame(&mut conn).unwrap().unwrap();
+            assert_eq!((f.kind, f.session), (kind::SPAWNED, id));
+        }
+        conn.write_all(&Frame::new(kind::CLAIM, 3, Vec::new()).encode())
+            .unwrap();
+        // The coordinator dies; its replacement is greeted.
+        drop(conn);
+        let (mut conn, _) = listener.accept().unwrap();
+        assert_eq!(read_frame(&mut conn).unwrap().unwrap().kind, kind::HELLO);
+        let mut live = Vec::new();
+        for _ in 0..2 {
+            let f = read_frame(&mut conn).unwrap().unwrap();
+            assert_eq!(f.kind, kind::LIVE, "{f:?}");
+            live.push(f.session);
+        }
+        live.sort();
+        assert_eq!(live, vec![1, 3]);
+        // The spare's exit follows (its id unknown to this coordinator).
+        let exited = loop {
+            let f = read_frame(&mut conn).unwrap().unwrap();
+            if f.kind != kind::OUTPUT {
+                break f;
+            }
+        };
+        assert_eq!((exited.kind, exited.session), (kind::EXITED, 2));
+        let code = i32::from_be_bytes(exited.payload[..4].try_into().unwrap());
+        assert_eq!(code, -(nix::sys::signal::Signal::SIGHUP as i32), "hung up");
+        for id in [1, 3] {
+            let hup = (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes();
+            conn.write_all(&Frame::new(kind::SIGNAL, id, hup).encode())
+                .unwrap();
+        }
+        let mut ended = Vec::new();
+        while ended.len() < 2 {
+            let f = read_frame(&mut conn).unwrap().unwrap();
+            if f.kind == kind::EXITED {
+                ended.push(f.session);
+            }
+        }
+    }
+
+    /// A session's processes hold no other session's PTY: not its master
+    /// (its keys and screen), and not its terminal, which would keep the
+    /// other's end from being seen until theirs.
+    #[test]
+    fn sessions_do_not_inherit_each_others_ptys() {
+        let (_dir, _listener, mut conn) = greeted_host();
+        conn.write_all(&spawn_frame(1, "read x; exit 3", false))
+            .unwrap();
+        conn.write_all(&spawn_frame(
+            2,
+            "echo fds: $(readlink /proc/$$/fd/*); exec sleep 60",
+            false,
+        ))
+        .unwrap();
+        let mut out = String::new();
+        let mut exited = None;
+        let mut typed = false;
+        while exited.is_none() {
+            let f = read_frame(&mut conn).unwrap().unwrap();
+            match f.kind {
+                kind::OUTPUT if f.session == 2 => {
+                    out.push_str(&String::from_utf8_lossy(&f.payload));
+                }
+                kind::EXITED if f.session == 1 => {
+                    exited = Some(i32::from_be_bytes(f.payload[..4].try_into().unwrap()));
+                }
+                _ => {}
+            }
+            if !typed && out.contains('\n') {
+                conn.write_all(&Frame::new(kind::INPUT, 1, b"x\n".to_vec()).encode())
+                    .unwrap();
+                typed = true;
+            }
+        }
+        assert_eq!(exited, Some(3), "session 1's end is seen while 2 runs");
+        let fds = out
+            .lines()
+            .find(|l| l.starts_with("fds:"))
+            .unwrap()
+            .to_string();
+        let ptys: std::collections::BTreeSet<&str> = fds
+            .split_whitespace()
+            .skip(1)
+            .filter(|t| t.starts_with("/dev/pt"))
+            .collect();
+        assert_eq!(ptys.len(), 1, "only its own terminal: {fds}");
+        assert!(!fds.contains("ptmx"), "no PTY master: {fds}");
+        let hup = (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes();
+        conn.write_all(&Frame::new(kind::SIGNAL, 2, hup).encode())
+            .unwrap();
     }
 }

@@ -43,6 +43,9 @@ const HOST_DEADLINE: Duration = Duration::from_secs(15);
 const RETURN_DEADLINE: Duration = Duration::from_secs(3);
 /// How long a session's start may take inside the sandbox.
 const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
+/// A spare session is made this long after the start that asked for it:
+/// not while that session's own shell starts.
+const SPARE_DELAY: Duration = Duration::from_millis(500);
 /// Connections to the host socket that have not yet shown the token: the
 /// agent can reach the socket, and may not hold more than this.
 const MAX_UNGREETED: usize = 4;
@@ -161,6 +164,11 @@ struct Session {
     /// Taken over from an earlier coordinator: its screen here starts
     /// empty (`Screen.partial`).
     adopted: bool,
+    /// Made ahead for the next new tab ([`Hosted::make_spare`]): no client
+    /// sees it, attaches to it or types into it, and it holds nothing up,
+    /// until a start claims it. Its escalations are refused meanwhile: it
+    /// is in no session table yet.
+    spare: bool,
 }
 
 impl Session {
@@ -201,6 +209,25 @@ struct State {
     next_id: u32,
     sessions: BTreeMap<u32, Session>,
     spawns: BTreeMap<u32, oneshot::Sender<Result<u32, String>>>,
+    /// The spare session, once it runs.
+    spare: Option<Spare>,
+    making_spare: bool,
+}
+
+/// What a spare session runs, and at which size it was made.
+#[derive(Debug, Clone)]
+struct SpareOf {
+    argv: Vec<String>,
+    term: Option<String>,
+    rows: u16,
+    cols: u16,
+}
+
+#[derive(Debug)]
+struct Spare {
+    id: u32,
+    like: SpareOf,
+    key: lazaret_escalate::ed25519_dalek::VerifyingKey,
 }
 
 /// What a `SessionStart` asks for.
@@ -211,6 +238,8 @@ pub struct NewSession {
     pub cols: u16,
     pub purpose: String,
     pub term: Option<String>,
+    /// Keep a spare like it ready for the next start (a login shell).
+    pub warm: bool,
 }
 
 /// A hosted session's start, for the coordinator's session table: its
@@ -420,6 +449,7 @@ impl Hosted {
                     prompts: Vec::new(),
                     credential: Some(credential),
                     adopted: true,
+                    spare: false,
                 },
             );
         }
@@ -438,6 +468,7 @@ impl Hosted {
         state
             .sessions
             .values()
+            .filter(|s| !s.spare)
             .map(|s| {
                 let mut info = s.info.clone();
                 info.viewers = s.viewers.len() as u32;
@@ -594,6 +625,14 @@ impl Hosted {
             if s.info.exited.is_some() {
                 return;
             }
+            if s.spare {
+                // Nobody saw it: it goes without a trace.
+                state.sessions.remove(&id);
+                if state.spare.as_ref().is_some_and(|s| s.id == id) {
+                    state.spare = None;
+                }
+                return;
+            }
             s.info.exited = Some(code);
             s.credential = None;
             s.prompts.clear();
@@ -694,48 +733,88 @@ impl Hosted {
     }
 
     /// Starts a session running `argv` at the given size, with `conn`
-    /// attached to it from its first byte.
+    /// attached to it from its first byte. A `warm` start takes the spare
+    /// session made for it if there is one (its shell is at its prompt
+    /// already), and leaves another spare behind for the next.
     pub async fn start(
         self: &Arc<Self>,
         new: NewSession,
         conn: u64,
         attachments: &Attachments,
     ) -> Result<Started, String> {
-        let NewSession {
-            argv,
-            rows,
-            cols,
-            purpose,
-            term,
-        } = new;
-        if argv.is_empty() {
+        if new.argv.is_empty() {
             return Err("no command to run".into());
         }
+        self.link().await?;
+        let like = SpareOf {
+            argv: new.argv.clone(),
+            term: new.term.clone(),
+            rows: new.rows.max(1),
+            cols: new.cols.max(1),
+        };
+        let claimed = if new.warm {
+            self.claim(&new, conn, attachments)
+        } else {
+            None
+        };
+        let started = match claimed {
+            Some(started) => started,
+            None => {
+                let mut viewers = BTreeMap::new();
+                viewers.insert(conn, attachments.viewer.clone());
+                let (id, anchor) = self.spawn(&like, &new.purpose, viewers, false).await?;
+                let (human, inbox) = mpsc::unbounded_channel();
+                self.spawn_inbox(id, inbox);
+                let info = self
+                    .list()
+                    .into_iter()
+                    .find(|i| i.id == id)
+                    .ok_or("the session ended at once")?;
+                Started {
+                    info,
+                    session_id: anchor.id.clone(),
+                    key: anchor.public_key(),
+                    human,
+                }
+            }
+        };
+        if new.warm {
+            self.make_spare(like);
+        }
+        Ok(started)
+    }
+
+    /// Starts `like` in the Session Host (`spare`: hidden until claimed)
+    /// with these viewers; its number and Session Anchor once it runs.
+    async fn spawn(
+        self: &Arc<Self>,
+        like: &SpareOf,
+        purpose: &str,
+        viewers: BTreeMap<u64, Viewer>,
+        spare: bool,
+    ) -> Result<(u32, SessionAnchor), String> {
         let link = self.link().await?;
         let anchor = SessionAnchor::new().map_err(|e| format!("{e:#}"))?;
         let credential = anchor
             .publish_credential(&self.certs_dir)
             .map_err(|e| format!("{e:#}"))?;
-        let key = anchor.public_key();
-        let (rows, cols) = (rows.max(1), cols.max(1));
-        let (human, inbox) = mpsc::unbounded_channel();
+        let (rows, cols) = (like.rows, like.cols);
         let (spawned_tx, spawned_rx) = oneshot::channel();
         let id = {
             let mut state = self.state.lock().expect("lock");
             state.next_id += 1;
             let id = state.next_id;
-            let mut viewers = BTreeMap::new();
-            viewers.insert(conn, attachments.viewer.clone());
             state.sessions.insert(
                 id,
                 Session {
-                    info: HostedInfo::running(id, purpose.clone(), argv.clone(), rows, cols),
+                    info: HostedInfo::running(id, purpose.into(), like.argv.clone(), rows, cols),
                     session_id: anchor.id.clone(),
                     parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
                     viewers,
                     prompts: Vec::new(),
                     credential: Some(credential),
                     adopted: false,
+                    spare,
                 },
             );
             state.spawns.insert(id, spawned_tx);
@@ -752,14 +831,15 @@ impl Hosted {
             ),
             (
                 "TERM".to_string(),
-                term.unwrap_or_else(|| "xterm-256color".into()),
+                like.term.clone().unwrap_or_else(|| "xterm-256color".into()),
             ),
         ];
         let spawn = Spawn {
-            argv,
+            argv: like.argv.clone(),
             env,
             rows,
             cols,
+            spare,
         };
         let body = serde_json::to_vec(&spawn).map_err(|e| e.to_string())?;
         let answer = match link.send(Frame::new(kind::SPAWN, id, body)).await {
@@ -774,16 +854,82 @@ impl Hosted {
             self.state.lock().expect("lock").sessions.remove(&id);
             return Err(format!("the session could not start: {why}"));
         }
-        self.spawn_inbox(id, inbox);
-        let info = self
-            .list()
-            .into_iter()
-            .find(|i| i.id == id)
-            .ok_or("the session ended at once")?;
-        Ok(Started {
+        Ok((id, anchor))
+    }
+
+    /// Makes a spare like `like` in the background, unless one is there
+    /// or being made: the next warm start of the same command takes it.
+    fn make_spare(self: &Arc<Self>, like: SpareOf) {
+        {
+            let mut state = self.state.lock().expect("lock");
+            if state.spare.is_some() || state.making_spare {
+                return;
+            }
+            state.making_spare = true;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(SPARE_DELAY).await;
+            let made = me.spawn(&like, "", BTreeMap::new(), true).await;
+            let mut state = me.state.lock().expect("lock");
+            state.making_spare = false;
+            if let Ok((id, anchor)) = made
+                && state
+                    .sessions
+                    .get(&id)
+                    .is_some_and(|s| s.info.exited.is_none())
+            {
+                state.spare = Some(Spare {
+                    id,
+                    like,
+                    key: anchor.public_key(),
+                });
+            }
+        });
+    }
+
+    /// The spare, if it runs `new`'s command with its terminal type: it
+    /// becomes `new`'s session, sized to it, with `conn` attached and
+    /// shown its screen (the shell's prompt, drawn already).
+    fn claim(
+        self: &Arc<Self>,
+        new: &NewSession,
+        conn: u64,
+        attachments: &Attachments,
+    ) -> Option<Started> {
+        let mut state = self.state.lock().expect("lock");
+        let link = state.link.clone()?;
+        let spare = state.spare.take()?;
+        if spare.like.argv != new.argv || spare.like.term != new.term {
+            // Not for this command: it goes, and another is made.
+            let _ = to_host(&link, hang_up_frame(spare.id));
+            return None;
+        }
+        let s = state.sessions.get_mut(&spare.id)?;
+        if s.info.exited.is_some() {
+            return None;
+        }
+        let (rows, cols) = (new.rows.max(1), new.cols.max(1));
+        s.spare = false;
+        s.info = HostedInfo::running(spare.id, new.purpose.clone(), new.argv.clone(), rows, cols);
+        to_host(&link, Frame::new(kind::CLAIM, spare.id, Vec::new())).ok()?;
+        if (spare.like.rows, spare.like.cols) != (rows, cols) {
+            s.parser.screen_mut().set_size(nonzero(rows), nonzero(cols));
+            let mut size = rows.to_be_bytes().to_vec();
+            size.extend_from_slice(&cols.to_be_bytes());
+            let _ = to_host(&link, Frame::new(kind::RESIZE, spare.id, size));
+        }
+        attachments.viewer.send(s.screen());
+        s.viewers.insert(conn, attachments.viewer.clone());
+        let info = s.info.clone();
+        let session_id = s.session_id.clone();
+        drop(state);
+        let (human, inbox) = mpsc::unbounded_channel();
+        self.spawn_inbox(spare.id, inbox);
+        Some(Started {
             info,
-            session_id: anchor.id,
-            key,
+            session_id,
+            key: spare.key,
             human,
         })
     }
@@ -822,6 +968,7 @@ impl Hosted {
         let s = state
             .sessions
             .get_mut(&id)
+            .filter(|s| !s.spare)
             .ok_or_else(|| format!("there is no session {id} in this domain"))?;
         attachments.viewer.send(s.screen());
         for p in &s.prompts {
@@ -906,14 +1053,7 @@ impl Hosted {
     /// Hangs a session up (SIGHUP to its process group).
     pub fn hang_up(&self, id: u32) -> Result<(), String> {
         let link = self.running_link(id)?;
-        to_host(
-            &link,
-            Frame::new(
-                kind::SIGNAL,
-                id,
-                (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes(),
-            ),
-        )
+        to_host(&link, hang_up_frame(id))
     }
 
     /// A prompt of a hosted session was answered by `conn`: the others
@@ -938,7 +1078,7 @@ impl Hosted {
 
     fn running_link(&self, id: u32) -> Result<mpsc::Sender<Frame>, String> {
         let state = self.state.lock().expect("lock");
-        match state.sessions.get(&id) {
+        match state.sessions.get(&id).filter(|s| !s.spare) {
             None => return Err(format!("there is no session {id} in this domain")),
             Some(s) if s.info.exited.is_some() => return Err(format!("session {id} has ended")),
             Some(_) => {}
@@ -948,6 +1088,14 @@ impl Hosted {
             .clone()
             .ok_or_else(|| "the Session Host is not connected".into())
     }
+}
+
+fn hang_up_frame(id: u32) -> Frame {
+    Frame::new(
+        kind::SIGNAL,
+        id,
+        (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes(),
+    )
 }
 
 /// A frame for the host, unless its queue is full (it stopped reading).
@@ -975,6 +1123,30 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    /// A coordinator's hosted sessions in a temporary folder, whose earlier
+    /// Session Host had `token`.
+    #[allow(clippy::type_complexity)]
+    fn open_with_token(
+        token: &str,
+    ) -> (
+        tempfile::TempDir,
+        PathBuf,
+        (Arc<Hosted>, mpsc::UnboundedReceiver<HostEvent>),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (esc, certs, root) = (
+            dir.path().join("esc"),
+            dir.path().join("certs"),
+            dir.path().join("root"),
+        );
+        for d in [&esc, &certs, &root] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(root.join("session-host.token"), token).unwrap();
+        let opened = Hosted::open(&esc, &certs, &root).unwrap();
+        (dir, certs, opened)
+    }
+
     fn live(session_id: &str) -> Vec<u8> {
         serde_json::to_vec(&wire::Live {
             argv: vec!["/bin/sh".into()],
@@ -992,17 +1164,7 @@ mod tests {
     /// are refused; nothing is written outside the certs folder.
     #[tokio::test]
     async fn forged_live_sessions_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let (esc, certs, root) = (
-            dir.path().join("esc"),
-            dir.path().join("certs"),
-            dir.path().join("root"),
-        );
-        for d in [&esc, &certs, &root] {
-            std::fs::create_dir(d).unwrap();
-        }
-        std::fs::write(root.join("session-host.token"), "tok").unwrap();
-        let (hosted, mut events) = Hosted::open(&esc, &certs, &root).unwrap();
+        let (dir, certs, (hosted, mut events)) = open_with_token("tok");
         let known = uuid::Uuid::new_v4().to_string();
         let k = known.clone();
         hosted.set_taken(Box::new(move |id: &str| id == k));
@@ -1052,5 +1214,146 @@ mod tests {
         );
         assert!(!dir.path().join("escaped.cred").exists());
         assert!(!dir.path().join("session-..").exists());
+    }
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), script.into()]
+    }
+
+    fn new_session(argv: Vec<String>, rows: u16, cols: u16) -> NewSession {
+        NewSession {
+            argv,
+            rows,
+            cols,
+            purpose: "test".into(),
+            term: None,
+            warm: true,
+        }
+    }
+
+    /// The next message for a client with these attachments.
+    async fn next(a: &mut Attachments) -> CoordMsg {
+        tokio::time::timeout(Duration::from_secs(10), a.rx.recv())
+            .await
+            .expect("a message within 10 s")
+            .expect("the queue is open")
+    }
+
+    /// The screen text a client has once `want` shows on it.
+    async fn until_shown(a: &mut Attachments, want: &str) -> String {
+        let mut parser = vt100::Parser::new(nonzero(24), nonzero(80), 0);
+        loop {
+            match next(a).await {
+                CoordMsg::Screen {
+                    rows,
+                    cols,
+                    history,
+                    state,
+                    ..
+                } => {
+                    parser = vt100::Parser::new(nonzero(rows), nonzero(cols), 0);
+                    parser.process(history.as_bytes());
+                    parser.process(state.as_bytes());
+                }
+                CoordMsg::Output { data, .. } => parser.process(&decode(&data).unwrap()),
+                _ => {}
+            }
+            let text = parser.screen().contents();
+            if text.contains(want) {
+                return text;
+            }
+        }
+    }
+
+    async fn spare_id(hosted: &Hosted) -> u32 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(spare) = hosted.state.lock().unwrap().spare.as_ref() {
+                return spare.id;
+            }
+            assert!(std::time::Instant::now() < deadline, "no spare within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A warm start leaves a spare running the same command, which no
+    /// client sees, attaches to or types into; the next warm start of that
+    /// command takes it at the new size, its screen already drawn (what it
+    /// printed before anyone asked for it is there), and another spare is
+    /// made. A start of another command hangs the spare up and starts its
+    /// own. Real Session Host code, real PTYs, outside a sandbox.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_warm_start_takes_the_spare_already_at_its_prompt() {
+        let (_dir, _certs, (hosted, _events)) = open_with_token("tok");
+        hosted.set_sandbox("test");
+        let socket = hosted.socket.to_string_lossy().into_owned();
+        std::thread::spawn(move || wire::run(&socket, "tok"));
+        hosted.await_returning().await;
+
+        let shell = sh("echo started-$$; stty size; read x; echo got:$x; sleep 30");
+        let mut first = Attachments::new();
+        let one = hosted
+            .start(new_session(shell.clone(), 24, 80), 1, &first)
+            .await
+            .unwrap();
+        until_shown(&mut first, "24 80").await;
+        let spare = spare_id(&hosted).await;
+        assert_ne!(spare, one.info.id);
+        let listed: Vec<u32> = hosted.list().iter().map(|s| s.id).collect();
+        assert_eq!(listed, vec![one.info.id], "a spare is not listed");
+        let mut peek = Attachments::new();
+        assert!(hosted.attach(spare, 9, &peek).is_err(), "nor attached to");
+        assert!(hosted.input(spare, b"typed\n").is_err(), "nor typed into");
+        assert!(hosted.resize(spare, 10, 10, 9).is_err());
+        assert!(hosted.hang_up(spare).is_err());
+        assert!(peek.rx.try_recv().is_err());
+
+        let mut second = Attachments::new();
+        let two = hosted
+            .start(new_session(shell.clone(), 30, 100), 2, &second)
+            .await
+            .unwrap();
+        assert_eq!(two.info.id, spare, "the spare was taken");
+        assert_eq!((two.info.rows, two.info.cols), (30, 100));
+        // Its first message is its screen, drawn before it was asked for.
+        let CoordMsg::Screen { history, state, .. } = next(&mut second).await else {
+            panic!("the claimed session's screen comes first");
+        };
+        assert!(
+            format!("{history}{state}").contains("started-"),
+            "{history:?} {state:?}"
+        );
+        hosted.input(two.info.id, b"hello\n").unwrap();
+        until_shown(&mut second, "got:hello").await;
+        let listed: Vec<u32> = hosted.list().iter().map(|s| s.id).collect();
+        assert_eq!(listed, vec![one.info.id, two.info.id]);
+        let refilled = spare_id(&hosted).await;
+        assert!(refilled > two.info.id, "another spare is made");
+
+        // Another command: the spare is not it.
+        let mut third = Attachments::new();
+        let three = hosted
+            .start(new_session(sh("echo other; sleep 30"), 24, 80), 3, &third)
+            .await
+            .unwrap();
+        assert_ne!(three.info.id, refilled);
+        until_shown(&mut third, "other").await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while hosted
+            .state
+            .lock()
+            .unwrap()
+            .sessions
+            .contains_key(&refilled)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the unwanted spare was hung up"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for id in [one.info.id, two.info.id, three.info.id] {
+            hosted.hang_up(id).unwrap();
+        }
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -70,6 +70,11 @@ pub enum ClientMsg {
         purpose: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         term: Option<String>,
+        /// Keep a spare session like this one at its prompt for the next
+        /// start of the same command (a login shell), so that a new tab
+        /// does not wait for it to start.
+        #[serde(default)]
+        warm: bool,
     },
     /// Attach to a hosted session: answered `Screen`, its open prompts,
     /// then its output as it comes.

@@ -1506,6 +1506,7 @@ async fn serve_session(
                 cols,
                 purpose,
                 term,
+                warm,
             } => {
                 let by = stopped_by(frames.get_ref().as_ref());
                 let new = super::hosted::NewSession {
@@ -1514,6 +1515,7 @@ async fn serve_session(
                     cols,
                     purpose,
                     term,
+                    warm,
                 };
                 shared.start_hosted(new, conn, &attached, by).await
             }

@@ -790,6 +790,8 @@ async fn hosted_session(
                 cols,
                 purpose: launch.purpose.to_string(),
                 term: Some("xterm-256color".into()),
+                // A shell: the next new tab finds one at its prompt.
+                warm: launch.argv == crate::client::session::shell_argv(),
             };
             write_frame(&mut w, &start).await.map_err(lost)?;
         }
