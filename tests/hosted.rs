@@ -4,12 +4,13 @@
 //! attaches again; an escalation raised while nobody was attached is shown
 //! on attach and runs exactly once; two clients on one session see the
 //! same screen; detaching leaves the session running; its end ends the
-//! domain.
+//! domain. One approval inbox: a request of another domain is answered in
+//! the workbench.
 
 mod common;
 
 use common::sandbox::Domain;
-use common::{ESCALATE, STANDARD_PATH, Tmux, modal_with, text};
+use common::{ESCALATE, STANDARD_PATH, Tmux, modal_with, shell_quote, text};
 
 /// After the program in the pane: its exit code, then the pane stays.
 const AFTER: &str = "echo EXIT=$?; sleep 600";
@@ -145,4 +146,73 @@ fn a_hosted_session_outlives_its_client_under_runc() {
 #[test]
 fn a_hosted_session_outlives_its_client_under_runsc() {
     outlives_its_client("gv");
+}
+
+/// One approval inbox (issue 28 item 2): a plain `lazaret exec` of another
+/// domain asks for a host command; the workbench of this domain lists it,
+/// `prefix !` opens it there, and its approval runs it exactly once. The
+/// plain prompt is told it was answered in another client, and the other
+/// domain's audit log names the workbench as the client that answered.
+fn one_inbox(profile: &'static str, other: &'static str) {
+    let d = Domain::new(profile);
+    let _ = d.other(other);
+    let count = d.ws().join("h28-inbox-count");
+    let ui = d.tmux(150, 40, &format!("ui -p {profile}"), Some(AFTER));
+    ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
+    let script = format!(
+        "{ESCALATE} --justify h28-inbox 'echo once >> {}'; echo ESC=$?",
+        count.display()
+    );
+    let exec = d.tmux(
+        120,
+        40,
+        &format!("exec {other} -- sh -c {}", shell_quote(&script)),
+        Some(AFTER),
+    );
+    exec.wait_for(120, "the plain prompt", |s| {
+        s.contains("the agent asks to run a command on the host")
+    });
+    ui.wait_for(30, "the inbox's note", |s| {
+        s.contains("asks for a host command") && s.contains("C-a ! to answer")
+    });
+    assert!(!count.exists(), "it ran before anyone answered");
+    ui.send(&["C-a", "!"]);
+    let s = ui.wait_for(20, "the other domain's request", |s| {
+        modal_with(s, "h28-inbox")
+    });
+    assert!(s.contains("not a tab here"), "who asked is named:\n{s}");
+    ui.send(&["a"]);
+    let s = exec.wait_for(30, "the request's end", |s| s.contains("ESC=0"));
+    assert!(
+        s.contains("answered in another of your clients"),
+        "the plain prompt is told:\n{s}"
+    );
+    exec.wait_for(30, "the exec's end", |s| s.contains("EXIT=0"));
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap(),
+        "once\n",
+        "the approved request did not run exactly once"
+    );
+    // The workbench's queue shows what became of it.
+    ui.send(&["C-a", "e"]);
+    ui.wait_for(20, "the outcome in the queue", |s| s.contains("exit 0"));
+    let other_audit = d.audit_json_of(other);
+    let answered: Vec<_> = other_audit
+        .iter()
+        .filter(|r| r["kind"] == "answered-by")
+        .collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    let by = answered[0]["data"]["by"].as_str().unwrap_or_default();
+    assert!(by.contains(&format!("ui -p {profile}")), "{by}");
+    ui.quit_ending_sessions();
+}
+
+#[test]
+fn one_approval_inbox_across_domains_under_runc() {
+    one_inbox("rc", "rcd");
+}
+
+#[test]
+fn one_approval_inbox_across_domains_under_runsc() {
+    one_inbox("gv", "gvd");
 }

@@ -275,11 +275,18 @@ fn ask_armed(
     };
     if let Some(why) = withdrawn(withdrawal) {
         let (id, _) = make_visible(&prompt.request_id);
-        let (why, _) = make_visible(&why);
-        let _ = write!(
-            tty,
-            "\r\x1b[2K\x1b[1;33m  request {id} withdrawn: {why}; nothing runs\x1b[0m\r\n"
-        );
+        if why == crate::coordinator::protocol::ANSWERED_ELSEWHERE {
+            let _ = write!(
+                tty,
+                "\r\x1b[2K\x1b[1;33m  request {id} was answered in another of your clients (its decision holds)\x1b[0m\r\n"
+            );
+        } else {
+            let (why, _) = make_visible(&why);
+            let _ = write!(
+                tty,
+                "\r\x1b[2K\x1b[1;33m  request {id} withdrawn: {why}; nothing runs\x1b[0m\r\n"
+            );
+        }
     }
     // Keys typed for a prompt that is gone answer nothing else.
     flush_input(&tty);

@@ -1068,7 +1068,7 @@ impl Hosted {
                     if *c != conn {
                         v.send(CoordMsg::Withdrawn {
                             request_id: request_id.to_string(),
-                            reason: "answered in another client".into(),
+                            reason: super::protocol::ANSWERED_ELSEWHERE.into(),
                         });
                     }
                 }

@@ -8,6 +8,9 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// Bumped on any incompatible change; a mismatch is refused in the handshake.
 pub const PROTOCOL_VERSION: u32 = 8;
+/// The reason of a `Withdrawn` whose request another of the user's
+/// clients answered: its decision holds (the request did not just go).
+pub const ANSWERED_ELSEWHERE: &str = "answered in another client";
 /// No control message is anywhere near this; larger frames are refused.
 pub const MAX_FRAME: usize = 4 << 20;
 
@@ -102,6 +105,13 @@ pub enum ClientMsg {
     },
     /// The domain's hosted sessions: answered `Sessions`.
     Sessions,
+    /// The domain's approval inbox: every escalation request waiting for
+    /// a human, whichever session asked, now and as they come (`Pending`),
+    /// and each one's end (`Withdrawn`). This connection may then answer
+    /// any of them with `Decision`: the first answer from any of the
+    /// user's clients wins, and the others are told (decisions.md D10,
+    /// widened to the user's own host clients by D14).
+    Inbox,
 }
 
 /// Coordinator to client.
@@ -162,6 +172,15 @@ pub enum CoordMsg {
     /// An escalation request of this session needs its human.
     Prompt {
         prompt: crate::coordinator::escalation::Prompt,
+    },
+    /// In the approval inbox: a request waiting for a human, of the
+    /// session `asked_by` (its purpose, and its hosted number if it lives
+    /// in the domain).
+    Pending {
+        prompt: crate::coordinator::escalation::Prompt,
+        asked_by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hosted: Option<u32>,
     },
     /// What became of a request this session's human approved.
     Outcome {

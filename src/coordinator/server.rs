@@ -54,6 +54,9 @@ struct Shared {
     sessions: Mutex<BTreeMap<u64, LiveSession>>,
     /// Escalation requests waiting for a human, by request id.
     pending: Mutex<BTreeMap<String, PendingPrompt>>,
+    /// Connections watching the approval inbox (`Inbox`): told of every
+    /// pending request and of its end.
+    inbox: Mutex<BTreeMap<u64, mpsc::UnboundedSender<CoordMsg>>>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
     /// Who asked for the teardown (`lazaret down`), told to every session.
@@ -89,10 +92,14 @@ struct LiveSession {
 }
 
 /// A prompt waiting for its human: it belongs to the connection of the
-/// session that asked, which alone may decide it, and dies with it.
+/// session that asked, and dies with it. That connection decides it, or
+/// (hosted sessions, the approval inbox) any of the user's clients that
+/// was shown it.
 struct PendingPrompt {
     conn: u64,
     answer: oneshot::Sender<Verdict>,
+    /// What the inbox shows of it.
+    shown: CoordMsg,
 }
 
 /// The coordinator's sessions, as the Escalation Socket sees them.
@@ -111,16 +118,26 @@ impl SessionDirectory for Directory {
         // Under the sessions lock: a session that leaves meanwhile either
         // is not found here or finds this prompt when it denies its own.
         let sessions = self.0.sessions.lock().expect("lock");
-        let (conn, tx) = sessions
+        let (conn, tx, asked_by) = sessions
             .iter()
             .find(|(_, s)| s.info.session_id == prompt.session_id)
-            .and_then(|(conn, s)| Some((*conn, s.human.clone()?)))?;
+            .and_then(|(conn, s)| Some((*conn, s.human.clone()?, s.info.purpose.clone())))?;
         let (answer_tx, answer_rx) = oneshot::channel();
+        let hosted = conn
+            .checked_sub(super::hosted::CONN_BASE)
+            .and_then(|n| u32::try_from(n).ok());
+        let shown = CoordMsg::Pending {
+            prompt: prompt.clone(),
+            asked_by,
+            hosted,
+        };
+        self.0.tell_inbox(&shown, None);
         self.0.pending.lock().expect("lock").insert(
             prompt.request_id.clone(),
             PendingPrompt {
                 conn,
                 answer: answer_tx,
+                shown,
             },
         );
         tx.send(ToHuman::Prompt(prompt)).ok()?;
@@ -128,7 +145,16 @@ impl SessionDirectory for Directory {
     }
 
     fn withdraw(&self, session_id: &str, request_id: &str, reason: &str) {
-        self.0.pending.lock().expect("lock").remove(request_id);
+        if self
+            .0
+            .pending
+            .lock()
+            .expect("lock")
+            .remove(request_id)
+            .is_some()
+        {
+            self.0.settled(request_id, reason, None);
+        }
         let sessions = self.0.sessions.lock().expect("lock");
         if let Some(tx) = sessions
             .values()
@@ -143,6 +169,13 @@ impl SessionDirectory for Directory {
     }
 
     fn tell(&self, session_id: &str, outcome: Outcome) {
+        // The inbox shows what became of what it may have answered.
+        self.0.tell_inbox(
+            &CoordMsg::Outcome {
+                outcome: outcome.clone(),
+            },
+            None,
+        );
         let sessions = self.0.sessions.lock().expect("lock");
         if let Some(tx) = sessions
             .values()
@@ -372,6 +405,7 @@ async fn serve(
         sandbox: Mutex::new(None),
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
+        inbox: Mutex::new(BTreeMap::new()),
         shutdown: shutdown_tx,
         stopped_by: Mutex::new(None),
         limit_gaps: Mutex::new(Vec::new()),
@@ -666,15 +700,60 @@ impl Shared {
         (removed, s.len(), orphans)
     }
 
-    /// The prompts waiting for a human that belong to `conn`.
+    /// The prompts waiting for a human that belong to `conn` (the inbox
+    /// is told they are gone: the caller denies them).
     fn take_prompts(&self, conn: u64) -> Vec<PendingPrompt> {
-        let mut pending = self.pending.lock().expect("lock");
-        let ids: Vec<String> = pending
-            .iter()
-            .filter(|(_, p)| p.conn == conn)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.iter().filter_map(|id| pending.remove(id)).collect()
+        let taken: Vec<(String, PendingPrompt)> = {
+            let mut pending = self.pending.lock().expect("lock");
+            let ids: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| p.conn == conn)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| pending.remove(&id).map(|p| (id, p)))
+                .collect()
+        };
+        for (id, _) in &taken {
+            self.settled(id, "its session ended", None);
+        }
+        taken.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// A prompt of the client session on `conn` was answered in another
+    /// client: off its screen.
+    fn withdraw_from(&self, conn: u64, request_id: &str) {
+        if let Some(tx) = self
+            .sessions
+            .lock()
+            .expect("lock")
+            .get(&conn)
+            .and_then(|s| s.human.as_ref())
+        {
+            let _ = tx.send(ToHuman::Withdrawn {
+                request_id: request_id.to_string(),
+                reason: super::protocol::ANSWERED_ELSEWHERE.into(),
+            });
+        }
+    }
+
+    /// Tells the approval inbox (but `except`, which caused it).
+    fn tell_inbox(&self, msg: &CoordMsg, except: Option<u64>) {
+        self.inbox
+            .lock()
+            .expect("lock")
+            .retain(|conn, tx| Some(*conn) == except || tx.send(msg.clone()).is_ok());
+    }
+
+    /// A request no longer waits: off every inbox but `except`'s.
+    fn settled(&self, request_id: &str, reason: &str, except: Option<u64>) {
+        self.tell_inbox(
+            &CoordMsg::Withdrawn {
+                request_id: request_id.to_string(),
+                reason: reason.to_string(),
+            },
+            except,
+        );
     }
 
     /// A hosted session in the coordinator's table: it holds the domain
@@ -1263,6 +1342,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
         }
     }
     let result = serve_session(&shared, &mut stream, human_rx, conn).await;
+    shared.inbox.lock().expect("lock").remove(&conn);
     if let Some(hosted) = shared.hosted.get() {
         hosted.detach_all(conn);
     }
@@ -1372,6 +1452,8 @@ async fn serve_session(
     let mut frames = FrameReader::new(r);
     // Hosted sessions this connection is attached to send through this.
     let mut attached = Attachments::new();
+    // The approval inbox, once asked for.
+    let mut inbox: Option<mpsc::UnboundedReceiver<CoordMsg>> = None;
     loop {
         let msg = tokio::select! {
             m = frames.next::<ClientMsg>() => m?,
@@ -1397,6 +1479,10 @@ async fn serve_session(
                     ToHuman::Warning(message) => CoordMsg::Warning { message },
                 };
                 write_frame(stream, &msg).await?;
+                continue;
+            }
+            Some(news) = async { match inbox.as_mut() { Some(i) => i.recv().await, None => None } } => {
+                write_frame(stream, &news).await?;
                 continue;
             }
             _ = shutdown.changed() => {
@@ -1497,6 +1583,19 @@ async fn serve_session(
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),
             },
+            ClientMsg::Inbox => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                // Under the pending lock: a request asked meanwhile is
+                // either listed here or sent after.
+                let pending = shared.pending.lock().expect("lock");
+                for p in pending.values() {
+                    let _ = tx.send(p.shown.clone());
+                }
+                shared.inbox.lock().expect("lock").insert(conn, tx);
+                drop(pending);
+                inbox = Some(rx);
+                continue;
+            }
             ClientMsg::Sessions => CoordMsg::Sessions {
                 sessions: shared.hosted.get().map(|h| h.list()).unwrap_or_default(),
             },
@@ -1574,13 +1673,17 @@ async fn serve_session(
                 request_id,
                 verdict,
             } => {
-                // Only the connection the prompt was sent to decides it;
-                // a hosted session's prompt, any of the user's clients
-                // (this socket is the user's alone), the first to answer.
+                // The connection the prompt was sent to decides it; a
+                // hosted session's prompt, or any prompt once shown in the
+                // approval inbox: any of the user's clients (this socket is
+                // the user's alone), the first to answer.
                 let taken = {
                     let mut pending = shared.pending.lock().expect("lock");
+                    let watching = inbox.is_some();
                     match pending.get(&request_id) {
-                        Some(p) if p.conn == conn || p.conn >= super::hosted::CONN_BASE => {
+                        Some(p)
+                            if p.conn == conn || p.conn >= super::hosted::CONN_BASE || watching =>
+                        {
                             pending.remove(&request_id)
                         }
                         _ => None,
@@ -1591,7 +1694,14 @@ async fn serve_session(
                         let hosted = p.conn >= super::hosted::CONN_BASE;
                         if hosted && let Some(h) = shared.hosted.get() {
                             h.answered(&request_id, conn);
+                        } else if p.conn != conn {
+                            shared.withdraw_from(p.conn, &request_id);
                         }
+                        shared.settled(
+                            &request_id,
+                            super::protocol::ANSWERED_ELSEWHERE,
+                            Some(conn),
+                        );
                         // Which of the user's clients answered, before the
                         // decision's own record.
                         let by = stopped_by(frames.get_ref().as_ref());

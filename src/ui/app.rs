@@ -32,7 +32,9 @@ use super::{Ev, FRAME, NetTable, key_matches};
 use crate::client::approval::{self, ARMING};
 use crate::client::{Launch, Launcher, Mode};
 use crate::coordinator::escalation::Verdict;
-use crate::coordinator::protocol::{ClientMsg, CoordMsg, DomainStatus, StoppedBy};
+use crate::coordinator::protocol::{
+    ANSWERED_ELSEWHERE, ClientMsg, CoordMsg, DomainStatus, StoppedBy,
+};
 
 /// Parses a prefix key written as `C-a`, `C-b`, `M-a`, `F12`.
 pub fn parse_prefix(s: &str) -> Result<KeyEvent> {
@@ -100,6 +102,16 @@ struct Seen {
     copies: usize,
 }
 
+/// A request of the approval inbox that no tab of this workbench holds.
+#[derive(Debug)]
+struct Inboxed {
+    /// Its domain's hash and `profile · workspace`.
+    hash: String,
+    label: String,
+    prompt: crate::coordinator::escalation::Prompt,
+    asked_by: String,
+}
+
 pub struct App {
     launch: Launch,
     prefix_text: String,
@@ -139,6 +151,10 @@ pub struct App {
     /// the workbench; the next key answers.
     quitting: bool,
     seen: Vec<Seen>,
+    /// Where answers to the approval inbox go (the workbench only).
+    inbox: Option<super::inbox::Routes>,
+    /// Requests of the approval inbox that no tab here holds, oldest first.
+    inboxed: Vec<Inboxed>,
     audit: Vec<AuditEntry>,
     message: Option<String>,
     quit: bool,
@@ -175,7 +191,11 @@ impl App {
         rt: tokio::runtime::Handle,
         tx: Sender<Ev>,
     ) -> App {
+        let inbox = (launcher.mode == Mode::Workbench)
+            .then(|| super::inbox::start(&rt, launcher.rundir.clone(), tx.clone()));
         App {
+            inbox,
+            inboxed: Vec::new(),
             launch,
             prefix_text,
             prefix,
@@ -442,6 +462,18 @@ impl App {
                 self.exit_code = Some(128u8.saturating_add(sig as u8));
                 self.quit = true;
             }
+            Ev::Inbox { hash, label, msg } => self.inbox_news(hash, label, *msg),
+            Ev::InboxGone(hash) => {
+                let gone: Vec<String> = self
+                    .inboxed
+                    .iter()
+                    .filter(|i| i.hash == hash)
+                    .map(|i| i.prompt.request_id.clone())
+                    .collect();
+                for id in gone {
+                    self.inbox_withdrawn(&id, "its domain went down");
+                }
+            }
             Ev::Input(Event::Key(key)) => {
                 if key.kind != KeyEventKind::Release {
                     self.key(key);
@@ -621,6 +653,23 @@ impl App {
         match msg {
             CoordMsg::Prompt { prompt } => {
                 let title = tab.title.clone();
+                // Seen in the inbox first: this tab holds it now.
+                if let Some(i) = self
+                    .inboxed
+                    .iter()
+                    .position(|i| i.prompt.request_id == prompt.request_id)
+                {
+                    self.inboxed.remove(i);
+                    self.seen.retain(|s| s.id != prompt.request_id);
+                }
+                for t in self.tabs.iter_mut() {
+                    t.prompts.retain(|p| {
+                        !(p.route.is_some() && p.ids().any(|i| *i == prompt.request_id))
+                    });
+                }
+                let Some(tab) = self.tabs.iter_mut().find(|t| t.id == id) else {
+                    return;
+                };
                 if let Some(p) = tab.prompts.iter_mut().find(|p| p.is_identical(&prompt)) {
                     // Shown once, with a count: one decision answers all.
                     let first = p.prompt().request_id.clone();
@@ -643,18 +692,7 @@ impl App {
                     self.message = Some(format!("tab {} asks for a host command", tab.title));
                 }
             }
-            CoordMsg::Outcome { outcome } => {
-                let status = match (outcome.exit_code, outcome.error) {
-                    (Some(exit_code), None) => EscalationStatus::Finished {
-                        exit_code,
-                        output: outcome.output,
-                    },
-                    (_, error) => EscalationStatus::Failed {
-                        error: error.unwrap_or_else(|| "it did not run".into()),
-                    },
-                };
-                self.set_status(&outcome.request_id, status);
-            }
+            CoordMsg::Outcome { outcome } => self.outcome_of(outcome),
             CoordMsg::Audit { records } if focused == Some(id) => {
                 self.audit = records
                     .iter()
@@ -677,17 +715,17 @@ impl App {
                     }
                 });
                 let title = tab.title.clone();
+                let elsewhere = reason == ANSWERED_ELSEWHERE;
                 if found {
-                    self.message = Some(format!(
-                        "tab {title}: request {request_id} withdrawn ({reason}); nothing runs"
-                    ));
+                    self.message = Some(if elsewhere {
+                        format!("tab {title}: request {request_id} was answered in another client")
+                    } else {
+                        format!(
+                            "tab {title}: request {request_id} withdrawn ({reason}); nothing runs"
+                        )
+                    });
                 }
-                self.set_status(
-                    &request_id,
-                    EscalationStatus::Denied {
-                        reason: Some(format!("withdrawn: {reason}")),
-                    },
-                );
+                self.set_status(&request_id, withdrawn_status(&reason));
             }
             CoordMsg::Status { domain } => tab.domain = Some(domain),
             CoordMsg::Error { message } => self.message = Some(message),
@@ -702,6 +740,153 @@ impl App {
             _ => {}
         }
         self.dirty = true;
+    }
+}
+
+impl App {
+    /// News of a domain's approval inbox.
+    fn inbox_news(&mut self, hash: String, label: String, msg: CoordMsg) {
+        match msg {
+            CoordMsg::Pending {
+                prompt, asked_by, ..
+            } => {
+                let id = prompt.request_id.clone();
+                let held = self.seen.iter().any(|s| s.id == id)
+                    || self
+                        .tabs
+                        .iter()
+                        .any(|t| t.prompts.iter().any(|p| p.ids().any(|i| *i == id)));
+                if held {
+                    return;
+                }
+                self.seen.push(Seen {
+                    id,
+                    tab: format!("{asked_by} · {label}"),
+                    arrived: Instant::now(),
+                    command: prompt.command.clone(),
+                    status: EscalationStatus::Pending,
+                    copies: 0,
+                });
+                self.message = Some(format!(
+                    "{asked_by} of {label} asks for a host command: {} ! to answer it",
+                    self.prefix_text
+                ));
+                self.inboxed.push(Inboxed {
+                    hash,
+                    label,
+                    prompt,
+                    asked_by,
+                });
+                self.dirty = true;
+            }
+            CoordMsg::Withdrawn { request_id, reason } => {
+                self.inbox_withdrawn(&request_id, &reason);
+            }
+            // Shown where the request is listed, whichever client answered.
+            CoordMsg::Outcome { outcome } => {
+                let mine = self.seen.iter().any(|s| s.id == outcome.request_id);
+                if mine {
+                    self.outcome_of(outcome);
+                    self.dirty = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn outcome_of(&mut self, outcome: crate::coordinator::escalation::Outcome) {
+        let status = match (outcome.exit_code, outcome.error) {
+            (Some(exit_code), None) => EscalationStatus::Finished {
+                exit_code,
+                output: outcome.output,
+            },
+            (_, error) => EscalationStatus::Failed {
+                error: error.unwrap_or_else(|| "it did not run".into()),
+            },
+        };
+        self.set_status(&outcome.request_id, status);
+    }
+
+    /// A request of the inbox was answered elsewhere or went: off the
+    /// inbox and any modal showing it from there. What a tab of this
+    /// workbench holds (and answered) is its own to update.
+    fn inbox_withdrawn(&mut self, request_id: &str, reason: &str) {
+        let inboxed = self
+            .inboxed
+            .iter()
+            .position(|i| i.prompt.request_id == request_id)
+            .map(|i| self.inboxed.remove(i))
+            .is_some();
+        let mut shown = false;
+        for t in self.tabs.iter_mut() {
+            t.prompts.retain_mut(|p| {
+                if p.route.is_some() && p.ids().any(|i| i == request_id) {
+                    shown = true;
+                    p.withdraw(request_id)
+                } else {
+                    true
+                }
+            });
+        }
+        if inboxed || shown {
+            self.set_status(request_id, withdrawn_status(reason));
+            if shown && reason != ANSWERED_ELSEWHERE {
+                self.message = Some(format!(
+                    "request {request_id} withdrawn ({reason}); nothing runs"
+                ));
+            }
+            self.dirty = true;
+        }
+    }
+
+    /// `prefix !`: the oldest request waiting anywhere. A tab's own is
+    /// shown by focusing the tab; one of the inbox opens over the focused
+    /// pane, answered through its domain's coordinator.
+    pub(super) fn open_oldest_request(&mut self) {
+        let arrived = |id: &str| self.seen.iter().find(|s| s.id == id).map(|s| s.arrived);
+        let oldest_tab = self
+            .tabs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                let p = t.prompts.front()?;
+                Some((arrived(&p.prompt().request_id)?, i))
+            })
+            .min();
+        let oldest_inbox = self
+            .inboxed
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((arrived(&p.prompt.request_id)?, i)))
+            .min();
+        match (oldest_tab, oldest_inbox) {
+            (Some((t, i)), Some((b, _))) if t <= b => self.focus = i,
+            (Some((_, i)), None) => self.focus = i,
+            (_, Some((_, i))) => {
+                let item = self.inboxed.remove(i);
+                if let Some(tab) = self.tabs.get_mut(self.focus) {
+                    tab.prompts.push_front(Pending::routed(
+                        item.prompt,
+                        &item.asked_by,
+                        &item.label,
+                        &item.hash,
+                    ));
+                }
+            }
+            (None, None) => self.message = Some("no request waits for a human".into()),
+        }
+        self.dirty = true;
+    }
+}
+
+/// A request that no longer waits: answered in another client, or gone.
+fn withdrawn_status(reason: &str) -> EscalationStatus {
+    if reason == ANSWERED_ELSEWHERE {
+        EscalationStatus::AnsweredElsewhere
+    } else {
+        EscalationStatus::Denied {
+            reason: Some(format!("withdrawn: {reason}")),
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! renders only when something changed, at most every [`FRAME`].
 
 mod app;
+mod inbox;
 mod tab;
 
 use std::io::Write;
@@ -63,6 +64,15 @@ pub enum Ev {
     ),
     /// Lazaret was told to stop (SIGTERM, SIGHUP or SIGINT).
     Signal(i32),
+    /// News of a domain's approval inbox (`Pending`, `Withdrawn`): the
+    /// domain's hash and `profile · workspace`.
+    Inbox {
+        hash: String,
+        label: String,
+        msg: Box<CoordMsg>,
+    },
+    /// A watched domain went down: its requests are void.
+    InboxGone(String),
 }
 
 /// The network panel's view of a domain's live table.

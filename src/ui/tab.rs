@@ -127,6 +127,9 @@ pub struct Pending {
     pub copies: Vec<String>,
     /// The note without the count.
     note: String,
+    /// From the approval inbox (another domain, or a session with no tab
+    /// here): the domain whose coordinator takes the answer (its hash).
+    pub route: Option<String>,
 }
 
 impl Pending {
@@ -135,10 +138,20 @@ impl Pending {
     /// session's credential signed it (threat-model.md).
     pub fn new(prompt: Prompt, tab: &str) -> Self {
         let short: String = prompt.session_id.chars().take(8).collect();
-        let note = format!(
-            "signed as tab {tab} (session {short}, a human here) · in {} · {}",
-            prompt.cwd, prompt.reason
-        );
+        let signer = format!("tab {tab} (session {short}, a human here)");
+        Pending::signed(prompt, &signer, None)
+    }
+
+    /// A prompt of the approval inbox: asked by `asked_by` of the domain
+    /// `label`, answered through that domain's coordinator (`hash`).
+    pub fn routed(prompt: Prompt, asked_by: &str, label: &str, hash: &str) -> Self {
+        let short: String = prompt.session_id.chars().take(8).collect();
+        let signer = format!("{asked_by} of {label} (session {short}, not a tab here)");
+        Pending::signed(prompt, &signer, Some(hash.to_string()))
+    }
+
+    fn signed(prompt: Prompt, signer: &str, route: Option<String>) -> Self {
+        let note = format!("signed as {signer} · in {} · {}", prompt.cwd, prompt.reason);
         let request = ApprovalRequest {
             id: prompt.request_id.clone(),
             profile: prompt.profile.clone(),
@@ -154,6 +167,7 @@ impl Pending {
             opened: None,
             copies: Vec::new(),
             note,
+            route,
         }
     }
 

@@ -363,8 +363,13 @@ workspace_mode = "direct"
 
     /// `lazaret audit --json` of this domain.
     pub fn audit_json(&self) -> Vec<serde_json::Value> {
+        self.audit_json_of(self.profile)
+    }
+
+    /// `lazaret audit PROFILE --json` of another profile on this workspace.
+    pub fn audit_json_of(&self, profile: &str) -> Vec<serde_json::Value> {
         let out = self
-            .cmd_raw(STANDARD_PATH, &["audit", self.profile, "--json"])
+            .cmd_raw(STANDARD_PATH, &["audit", profile, "--json"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", text(&out).1);

@@ -182,7 +182,14 @@ impl App {
                         format!("{p} + / {p} -"),
                         "allow / deny egress to a network, at once (focused domain)",
                     ),
-                    b(format!("{p} e"), "escalation queue, with results"),
+                    b(
+                        format!("{p} e"),
+                        "escalation queue of every domain of this user, with results",
+                    ),
+                    b(
+                        format!("{p} !"),
+                        "answer the oldest waiting request, whichever domain asked",
+                    ),
                     b(format!("{p} a"), "audit trail of the focused tab's domain"),
                     b(format!("{p} ?"), "this help (any key closes it)"),
                 ],

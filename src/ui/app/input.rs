@@ -316,6 +316,7 @@ impl App {
                 self.detached = true;
                 self.quit = true;
             }
+            KeyCode::Char('!') => self.open_oldest_request(),
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),
@@ -366,13 +367,25 @@ impl App {
         };
         let request_id = p.prompt().request_id.clone();
         let answered: Vec<String> = p.ids().cloned().collect();
+        let route = p.route.clone();
         tab.prompts.pop_front();
         // One decision answers the identical copies too.
         for id in answered {
-            tab.send(ClientMsg::Decision {
+            let decision = ClientMsg::Decision {
                 request_id: id,
                 verdict: verdict.clone(),
-            });
+            };
+            match (&route, &self.inbox) {
+                (Some(hash), Some(inbox)) => {
+                    if !inbox.send(hash, decision) {
+                        self.message = Some(format!(
+                            "request {request_id}: its domain went down; nothing runs"
+                        ));
+                        return true;
+                    }
+                }
+                _ => tab.send(decision),
+            }
         }
         let status = match &verdict {
             Verdict::Approve | Verdict::Edit { .. } => EscalationStatus::Running,
@@ -384,13 +397,19 @@ impl App {
             },
         };
         self.set_status(&request_id, status);
+        let whose = match &route {
+            Some(_) => format!("request {request_id} (inbox)"),
+            None => format!("tab {title}"),
+        };
         self.message = Some(match &verdict {
-            Verdict::Approve => format!("tab {title}: approved"),
-            Verdict::Edit { .. } => format!("tab {title}: edited and approved"),
-            Verdict::Deny { .. } => format!("tab {title}: denied"),
-            Verdict::Abort => format!("tab {title}: aborted"),
+            Verdict::Approve => format!("{whose}: approved"),
+            Verdict::Edit { .. } => format!("{whose}: edited and approved"),
+            Verdict::Deny { .. } => format!("{whose}: denied"),
+            Verdict::Abort => format!("{whose}: aborted"),
         });
-        if verdict == Verdict::Abort {
+        // An abort from the inbox is the asking session's, not this
+        // workbench's: its tabs stay.
+        if verdict == Verdict::Abort && route.is_none() {
             // Spec §5.2: abort ends the orchestrator, gracefully: every
             // session of this UI closes (their other requests are denied by
             // the coordinator), and with the last one the domain goes.

@@ -32,6 +32,9 @@ pub enum EscalationStatus {
     Failed {
         error: String,
     },
+    /// Answered in another of the user's clients (its outcome is shown
+    /// there).
+    AnsweredElsewhere,
 }
 
 /// One request.
@@ -98,6 +101,10 @@ fn status_span(status: &EscalationStatus) -> Span<'static> {
         EscalationStatus::Failed { error } => Span::styled(
             format!("failed: {}", shown(error)),
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+        EscalationStatus::AnsweredElsewhere => Span::styled(
+            "answered in another client",
+            Style::new().fg(Color::DarkGray),
         ),
     }
 }
