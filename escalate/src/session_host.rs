@@ -90,6 +90,11 @@ pub struct Live {
     pub pid: u32,
 }
 
+/// How long a new host keeps connecting while its coordinator has said
+/// nothing yet (the agent can crowd the socket and push a connection out
+/// before its greeting is read).
+pub const FIRST_CONTACT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// How long the host waits for a coordinator after its connection ended,
 /// while sessions run (a coordinator that died is replaced within this).
 pub const RECONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
@@ -204,6 +209,10 @@ const INPUT_QUEUE: usize = 256;
 pub fn run(socket: &str, token: &str) -> Result<(), String> {
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
     let writer: Writer = Arc::default();
+    let started = std::time::Instant::now();
+    // Until the coordinator has said anything, a closed connection may be
+    // the agent's crowd of connections pushing this one out: try again.
+    let mut heard = false;
     let mut first = true;
     let result = loop {
         let stream = match connect(socket, first, &sessions) {
@@ -241,18 +250,17 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
             }
             Ok(())
         })();
-        if let Err(e) = greeted {
-            if let Ok(mut w) = writer.lock() {
-                *w = None;
-            }
-            if first_failure_is_final(&sessions) {
-                break Err(format!("cannot greet the coordinator: {e}"));
-            }
-            continue;
-        }
-        let ended = serve(stream, &writer, &sessions);
+        let ended = match greeted {
+            Ok(()) => serve(stream, &writer, &sessions, &mut heard),
+            Err(e) => Err(format!("cannot greet the coordinator: {e}")),
+        };
         if let Ok(mut w) = writer.lock() {
             *w = None;
+        }
+        if !heard && started.elapsed() < FIRST_CONTACT {
+            first = true;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
         }
         if let Err(e) = &ended
             && first_failure_is_final(&sessions)
@@ -318,11 +326,12 @@ fn connect(
     }
 }
 
-/// Serves one connection until it ends.
+/// Serves one connection until it ends; `heard` is set by its first frame.
 fn serve(
     mut reader: UnixStream,
     writer: &Writer,
     sessions: &Arc<Mutex<HashMap<u32, Session>>>,
+    heard: &mut bool,
 ) -> Result<(), String> {
     loop {
         let frame = match read_frame(&mut reader) {
@@ -330,6 +339,7 @@ fn serve(
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("the coordinator's connection failed: {e}")),
         };
+        *heard = true;
         match frame.kind {
             kind::SPAWN => {
                 let id = frame.session;

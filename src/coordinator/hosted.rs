@@ -47,8 +47,12 @@ const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
 /// not while that session's own shell starts.
 const SPARE_DELAY: Duration = Duration::from_millis(500);
 /// Connections to the host socket that have not yet shown the token: the
-/// agent can reach the socket, and may not hold more than this.
+/// agent can reach the socket, and may not hold more than this (a new one
+/// over it ends the oldest).
 const MAX_UNGREETED: usize = 4;
+/// How long a connection to the host socket has to show the token (the
+/// host sends it as soon as it is connected).
+const GREET_DEADLINE: Duration = Duration::from_secs(5);
 /// Connection numbers of hosted sessions in the coordinator's session
 /// table start here (client connections count up from 1).
 pub const CONN_BASE: u64 = 1 << 48;
@@ -289,6 +293,10 @@ pub struct Hosted {
     taken: std::sync::OnceLock<SessionIdTaken>,
 }
 
+/// Connections to the host socket that have not greeted yet, oldest
+/// first: their number, and what ends one.
+type Ungreeted = std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>;
+
 /// See [`Hosted::set_taken`].
 pub type SessionIdTaken = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -479,7 +487,12 @@ impl Hosted {
     }
 
     async fn accept(self: Arc<Self>, listener: UnixListener) {
-        let ungreeted = Arc::new(tokio::sync::Semaphore::new(MAX_UNGREETED));
+        // Connections that have not greeted yet, oldest first: a new one
+        // over the bound cancels the oldest, so the agent, which can open
+        // as many as it likes, never keeps the real host (which greets at
+        // once) from being heard.
+        let ungreeted: Arc<Mutex<Ungreeted>> = Arc::default();
+        let mut count = 0u64;
         loop {
             let stream = match listener.accept().await {
                 Ok((s, _)) => s,
@@ -488,10 +501,19 @@ impl Hosted {
                     continue;
                 }
             };
-            let Ok(permit) = ungreeted.clone().try_acquire_owned() else {
-                continue;
-            };
+            count += 1;
+            let (n, evicted) = (count, Arc::new(tokio::sync::Notify::new()));
+            {
+                let mut waiting = ungreeted.lock().expect("lock");
+                waiting.push_back((n, evicted.clone()));
+                while waiting.len() > MAX_UNGREETED {
+                    if let Some((_, oldest)) = waiting.pop_front() {
+                        oldest.notify_one();
+                    }
+                }
+            }
             let me = self.clone();
+            let waiting = ungreeted.clone();
             tokio::spawn(async move {
                 let (r, w) = stream.into_split();
                 let mut frames = FramedRead::new(
@@ -502,8 +524,11 @@ impl Hosted {
                         .max_frame_length(wire::MAX_FRAME)
                         .new_codec(),
                 );
-                let hello = tokio::time::timeout(HOST_DEADLINE, frames.next()).await;
-                drop(permit);
+                let hello = tokio::select! {
+                    hello = tokio::time::timeout(GREET_DEADLINE, frames.next()) => hello,
+                    _ = evicted.notified() => return,
+                };
+                waiting.lock().expect("lock").retain(|(id, _)| *id != n);
                 let Ok(Some(Ok(body))) = hello else { return };
                 let Some(hello) = Frame::decode(&body) else {
                     return;
@@ -1355,5 +1380,48 @@ mod tests {
         for id in [one.info.id, two.info.id, three.info.id] {
             hosted.hang_up(id).unwrap();
         }
+    }
+
+    /// The agent can open as many connections to the host socket as it
+    /// likes and never greet: they do not keep the real Session Host out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crowd_of_silent_connections_does_not_keep_the_host_out() {
+        let (_dir, _certs, (hosted, _events)) = open_with_token("tok");
+        hosted.set_sandbox("test");
+        let socket = hosted.socket.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let crowd = {
+            let (socket, stop) = (socket.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(c) = std::os::unix::net::UnixStream::connect(&socket) {
+                        held.push(c);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                held.len()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let s = socket.to_string_lossy().into_owned();
+        std::thread::spawn(move || wire::run(&s, "tok"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while hosted.state.lock().unwrap().link.is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the host was kept out by the crowd"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut a = Attachments::new();
+        let mut new = new_session(sh("echo crowd-ok; sleep 30"), 24, 80);
+        new.warm = false;
+        let started = hosted.start(new, 1, &a).await.unwrap();
+        until_shown(&mut a, "crowd-ok").await;
+        stop.store(true, Ordering::Relaxed);
+        let opened = crowd.join().unwrap();
+        assert!(opened > 100, "the crowd opened only {opened} connections");
+        hosted.hang_up(started.info.id).unwrap();
     }
 }
