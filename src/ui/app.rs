@@ -767,8 +767,9 @@ impl App {
                     status: EscalationStatus::Pending,
                     copies: 0,
                 });
+                // The key first: the line may be cut at the right.
                 self.message = Some(format!(
-                    "{asked_by} of {label} asks for a host command: {} ! to answer it",
+                    "{} ! to answer: {asked_by} of {label} asks for a host command",
                     self.prefix_text
                 ));
                 self.inboxed.push(Inboxed {
