@@ -61,19 +61,16 @@ pub fn parse_prefix(s: &str) -> Result<KeyEvent> {
     Ok(KeyEvent::new(code, mods))
 }
 
-/// Side panel on the right of the pane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Panel {
-    Sessions,
-    Network,
-    Escalations,
-    Audit,
-}
+/// A side panel beside the pane.
+use lazaret_widgets::layout::PanelKind as Panel;
 
 /// How often an open sessions or network panel is read again (uptimes,
 /// sessions, a table changed by `lazaret net` elsewhere) and the queue's
 /// ages move on.
 const PANEL_REFRESH: Duration = Duration::from_secs(2);
+/// How often the dashboard's network panel reads the sidecar's table again
+/// (a change made here or a focus change reads it at once).
+const DASHBOARD_NET_REFRESH: Duration = Duration::from_secs(10);
 
 /// A line the human is typing in the status line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +126,15 @@ pub struct App {
     input: Option<Input>,
     /// `Some`: the new-tab dialog is open.
     new_tab: Option<NewTabForm>,
+    /// The one panel of a narrow terminal (or the audit panel, which the
+    /// dashboard adds to its column).
     panel: Option<Panel>,
+    /// The dashboard column and its width (kept per user, [`layout_file`]).
+    layout: lazaret_widgets::layout::LayoutChoice,
+    /// The focused pane has the whole body.
+    zoom: bool,
+    /// When the network table was last asked for.
+    network_read: Option<Instant>,
     /// When an open panel is read again.
     next_refresh: Option<Instant>,
     /// When to draw again though nothing changed (a modal arming).
@@ -191,6 +196,7 @@ impl App {
         rt: tokio::runtime::Handle,
         tx: Sender<Ev>,
     ) -> App {
+        let layout = load_layout(&launcher.config.data_root);
         let inbox = (launcher.mode == Mode::Workbench)
             .then(|| super::inbox::start(&rt, launcher.rundir.clone(), tx.clone()));
         App {
@@ -211,6 +217,9 @@ impl App {
             input: None,
             new_tab: None,
             panel: None,
+            layout,
+            zoom: false,
+            network_read: None,
             next_refresh: None,
             redraw_at: None,
             shown_modal: None,
@@ -339,7 +348,7 @@ impl App {
     }
 
     fn refresh_domains(&self) {
-        if self.panel != Some(Panel::Sessions) {
+        if !self.shows(Panel::Sessions) {
             return;
         }
         let tx = self.tx.clone();
@@ -417,22 +426,45 @@ impl App {
     }
 
     /// Reads the open panel's data again, and schedules the next time.
+    /// Whether `panel` is on screen now.
+    pub(super) fn shows(&self, panel: Panel) -> bool {
+        self.mode == Mode::Workbench && self.areas(self.size).panel(panel).is_some()
+    }
+
     fn refresh_panel(&mut self) {
         self.next_refresh = None;
-        match self.panel {
-            Some(Panel::Sessions) => self.refresh_domains(),
-            Some(Panel::Network) => self.refresh_network(None),
-            // The ages of pending requests move on.
-            Some(Panel::Escalations) => self.dirty = true,
-            Some(Panel::Audit) | None => return,
+        let mut timed = false;
+        if self.shows(Panel::Sessions) {
+            self.refresh_domains();
+            timed = true;
         }
-        self.next_refresh = Some(Instant::now() + PANEL_REFRESH);
+        if self.shows(Panel::Network) {
+            // Read through `podman exec` in the sidecar: in the dashboard,
+            // where it is always on screen, less often.
+            let every = if self.panel == Some(Panel::Network) {
+                PANEL_REFRESH
+            } else {
+                DASHBOARD_NET_REFRESH
+            };
+            if self.network_read.is_none_or(|t| t.elapsed() >= every) {
+                self.refresh_network(None);
+            }
+            timed = true;
+        }
+        if self.shows(Panel::Escalations) {
+            // The ages of pending requests move on.
+            self.dirty = true;
+            timed = true;
+        }
+        if timed {
+            self.next_refresh = Some(Instant::now() + PANEL_REFRESH);
+        }
     }
 
     /// Reads the sidecar's live table of the focused tab's domain (after
     /// allowing or denying `change` in it, at once), off the UI thread.
     fn refresh_network(&mut self, change: Option<(crate::net::Target, bool)>) {
-        if self.panel != Some(Panel::Network) && change.is_none() {
+        if !self.shows(Panel::Network) && change.is_none() {
             return;
         }
         let Some(tab) = self.tabs.get(self.focus) else {
@@ -447,6 +479,7 @@ impl App {
         }
         let launch = tab.launch.clone();
         let tx = self.tx.clone();
+        self.network_read = Some(Instant::now());
         self.rt.spawn_blocking(move || {
             let hash = launch.ctx.anchor.hash().to_string();
             let result = super::network_table(&launch, change.clone());
@@ -744,6 +777,16 @@ impl App {
 }
 
 impl App {
+    /// The human changed the layout: drawn at once, kept for next time.
+    pub(super) fn set_layout(&mut self, choice: lazaret_widgets::layout::LayoutChoice) {
+        self.layout = choice;
+        if let Err(e) = save_layout(&self.launcher.config.data_root, choice) {
+            self.message = Some(e);
+        }
+        self.refresh_panel();
+        self.dirty = true;
+    }
+
     /// News of a domain's approval inbox.
     fn inbox_news(&mut self, hash: String, label: String, msg: CoordMsg) {
         match msg {
@@ -878,6 +921,55 @@ impl App {
         }
         self.dirty = true;
     }
+}
+
+/// Where the workbench keeps the human's layout (in the Storage Root).
+fn layout_file(data_root: &std::path::Path) -> std::path::PathBuf {
+    data_root.join("workbench-layout.toml")
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct SavedLayout {
+    dashboard: bool,
+    split: u16,
+}
+
+/// The layout kept from the last workbench, or the default.
+fn load_layout(data_root: &std::path::Path) -> lazaret_widgets::layout::LayoutChoice {
+    let default = lazaret_widgets::layout::LayoutChoice::default();
+    std::fs::read_to_string(layout_file(data_root))
+        .ok()
+        .and_then(|t| toml::from_str::<SavedLayout>(&t).ok())
+        .map_or(default, |s| {
+            lazaret_widgets::layout::LayoutChoice {
+                dashboard: s.dashboard,
+                split: s.split,
+            }
+            .nudged(0)
+        })
+}
+
+/// Keeps the layout for the next workbench; says why not if it cannot.
+fn save_layout(
+    data_root: &std::path::Path,
+    choice: lazaret_widgets::layout::LayoutChoice,
+) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let saved = SavedLayout {
+        dashboard: choice.dashboard,
+        split: choice.split,
+    };
+    let text = toml::to_string(&saved).map_err(|e| e.to_string())?;
+    let path = layout_file(data_root);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot keep the layout in {}: {e}", path.display()))
 }
 
 /// A request that no longer waits: answered in another client, or gone.

@@ -11,15 +11,16 @@
 //! - [`panels`]: sessions, network policy, escalation queue, audit trail,
 //!   tab bar, status line, help overlay and the new-tab dialog (profile
 //!   and workspace);
+//! - [`layout`]: where the workbench puts its shell and panels (the
+//!   dashboard column on a wide terminal, one panel on a narrow one, zoom);
 //! - [`visible`]: hostile text made visible before a human reads it.
 
 pub mod keys;
+pub mod layout;
 pub mod modal;
 pub mod pane;
 pub mod panels;
 pub mod visible;
-
-mod layout;
 
 /// The vt100 this crate draws, so the app names the same version.
 pub use vt100;

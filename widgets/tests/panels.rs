@@ -4,33 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{dump, render, row};
+use common::{dump, render, row, sessions};
 use lazaret_widgets::panels::*;
 use ratatui::layout::Rect;
 use ratatui::style::Color;
-
-fn sessions() -> Vec<SessionRow> {
-    vec![
-        SessionRow {
-            domain: "3fa9c2e1b7d0".into(),
-            profile: "claude".into(),
-            workspace: "/home/ana/src/lazaret".into(),
-            runtime: "runsc".into(),
-            gvisor: true,
-            sessions: 2,
-            uptime: Duration::from_secs(3 * 3600 + 12 * 60),
-        },
-        SessionRow {
-            domain: "91bb04aa5e3c".into(),
-            profile: "aider".into(),
-            workspace: "/home/ana/work/clients/very-long-customer-name/backend-service".into(),
-            runtime: "runc".into(),
-            gvisor: false,
-            sessions: 1,
-            uptime: Duration::from_secs(42),
-        },
-    ]
-}
 
 #[test]
 fn sessions_panel() {

@@ -3,12 +3,7 @@
 use super::*;
 
 /// Where things go on a screen of `size`.
-pub(super) struct Areas {
-    pub(super) tabs: Rect,
-    pub(super) pane: Rect,
-    pub(super) panel: Option<Rect>,
-    pub(super) status: Rect,
-}
+pub(super) type Areas = lazaret_widgets::layout::WorkbenchAreas;
 
 /// The status line names each limit this host does not apply.
 pub(super) fn limit_gaps_text(d: &DomainStatus) -> String {
@@ -39,36 +34,18 @@ impl App {
             return Areas {
                 tabs: Rect::default(),
                 pane,
-                panel: None,
+                panels: Vec::new(),
                 status,
             };
         }
-        let [tabs, body, status] = Layout::vertical([
-            Constraint::Length(1),
-            Constraint::Min(3),
-            Constraint::Length(1),
-        ])
-        .areas(full);
-        let (pane, panel) = match self.panel {
-            Some(_) if body.width >= 60 => {
-                // The network table's rule column needs the room.
-                let share = if self.panel == Some(Panel::Network) {
-                    55
-                } else {
-                    40
-                };
-                let [p, s] =
-                    Layout::horizontal([Constraint::Min(30), Constraint::Percentage(share)])
-                        .areas(body);
-                (p, Some(s))
-            }
-            _ => (body, None),
-        };
-        Areas {
-            tabs,
-            pane,
-            panel,
-            status,
+        lazaret_widgets::layout::workbench(full, &self.layout_spec())
+    }
+
+    pub(super) fn layout_spec(&self) -> lazaret_widgets::layout::LayoutSpec {
+        lazaret_widgets::layout::LayoutSpec {
+            choice: self.layout,
+            panel: self.panel,
+            zoom: self.zoom,
         }
     }
 
@@ -191,6 +168,18 @@ impl App {
                         "answer the oldest waiting request, whichever domain asked",
                     ),
                     b(format!("{p} a"), "audit trail of the focused tab's domain"),
+                    b(
+                        format!("{p} z"),
+                        "zoom: the shell takes the whole screen, and back",
+                    ),
+                    b(
+                        format!("{p} < / {p} >"),
+                        "widen / narrow the panels' column (kept for next time)",
+                    ),
+                    b(
+                        format!("{p} |"),
+                        "the dashboard column on a wide terminal: on / off (kept)",
+                    ),
                     b(format!("{p} ?"), "this help (any key closes it)"),
                 ],
             },
@@ -317,7 +306,6 @@ impl App {
         let focus = self.focus;
         let armed = self.armed;
         let prefix = self.prefix_text.clone();
-        let panel = self.panel;
         let audit = &self.audit;
         let tabs = &mut self.tabs;
         let shown_modal = &mut self.shown_modal;
@@ -404,7 +392,7 @@ impl App {
                     *shown_modal = None;
                 }
             }
-            if let (Some(panel), Some(area)) = (panel, areas.panel) {
+            for (panel, area) in areas.panels.iter().copied() {
                 match panel {
                     Panel::Sessions => f.render_widget(SessionsPanel::new(&sessions), area),
                     Panel::Network => f.render_widget(

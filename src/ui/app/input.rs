@@ -253,14 +253,13 @@ impl App {
         let before = self.focus;
         self.command_key(key, n);
         if self.focus != before {
-            match self.panel {
-                Some(Panel::Audit) => {
-                    if let Some(t) = self.tabs.get(self.focus) {
-                        t.send(ClientMsg::Audit);
-                    }
-                }
-                Some(Panel::Network) => self.refresh_network(None),
-                _ => {}
+            if self.shows(Panel::Audit)
+                && let Some(t) = self.tabs.get(self.focus)
+            {
+                t.send(ClientMsg::Audit);
+            }
+            if self.shows(Panel::Network) {
+                self.refresh_network(None);
             }
         }
     }
@@ -317,6 +316,20 @@ impl App {
                 self.quit = true;
             }
             KeyCode::Char('!') => self.open_oldest_request(),
+            KeyCode::Char('z') => {
+                self.zoom = !self.zoom;
+                self.dirty = true;
+                if !self.zoom {
+                    self.refresh_panel();
+                }
+            }
+            KeyCode::Char('<') => self.set_layout(self.layout.nudged(5)),
+            KeyCode::Char('>') => self.set_layout(self.layout.nudged(-5)),
+            KeyCode::Char('|') => {
+                let mut choice = self.layout;
+                choice.dashboard = !choice.dashboard;
+                self.set_layout(choice);
+            }
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),

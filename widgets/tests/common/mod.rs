@@ -1,6 +1,7 @@
 //! Rendering helpers shared by the snapshot tests.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -83,4 +84,30 @@ pub fn row(buf: &Buffer, y: u16) -> String {
         .unwrap_or_default()
         .trim_matches('|')
         .to_string()
+}
+
+/// Two domains for the sessions panel: one under gVisor, one not.
+#[allow(dead_code)]
+pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
+    use lazaret_widgets::panels::SessionRow;
+    vec![
+        SessionRow {
+            domain: "3fa9c2e1b7d0".into(),
+            profile: "claude".into(),
+            workspace: "/home/ana/src/lazaret".into(),
+            runtime: "runsc".into(),
+            gvisor: true,
+            sessions: 2,
+            uptime: Duration::from_secs(3 * 3600 + 12 * 60),
+        },
+        SessionRow {
+            domain: "91bb04aa5e3c".into(),
+            profile: "aider".into(),
+            workspace: "/home/ana/work/clients/very-long-customer-name/backend-service".into(),
+            runtime: "runc".into(),
+            gvisor: false,
+            sessions: 1,
+            uptime: Duration::from_secs(42),
+        },
+    ]
 }
