@@ -291,6 +291,9 @@ pub struct Hosted {
     /// Whether a session id is in the coordinator's table already (an
     /// adopted session may not take another session's identity).
     taken: std::sync::OnceLock<SessionIdTaken>,
+    /// Bumped when what [`Hosted::list`] shows changes (the coordinator's
+    /// status watchers).
+    changes: watch::Sender<u64>,
 }
 
 /// Connections to the host socket that have not greeted yet, oldest
@@ -316,6 +319,7 @@ impl Hosted {
         escalation_dir: &Path,
         certs_dir: &Path,
         domain_root: &Path,
+        changes: watch::Sender<u64>,
     ) -> std::io::Result<(Arc<Hosted>, mpsc::UnboundedReceiver<HostEvent>)> {
         let socket = escalation_dir.join(wire::SOCKET_NAME);
         let _ = std::fs::remove_file(&socket);
@@ -340,6 +344,7 @@ impl Hosted {
             events,
             token_file,
             taken: std::sync::OnceLock::new(),
+            changes,
         });
         tokio::spawn(hosted.clone().accept(listener));
         Ok((hosted, events_rx))
@@ -684,6 +689,7 @@ impl Hosted {
             }
             ended
         };
+        self.changed();
         let _ = self.events.send(ended);
     }
 
@@ -1010,19 +1016,30 @@ impl Hosted {
         } else {
             s.viewers.insert(conn, attachments.viewer.clone());
         }
+        drop(state);
+        self.changed();
         Ok(())
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
     }
 
     pub fn detach(&self, id: u32, conn: u64) {
         if let Some(s) = self.state.lock().expect("lock").sessions.get_mut(&id) {
             s.viewers.remove(&conn);
         }
+        self.changed();
     }
 
     /// The connection ended: it is attached nowhere.
     pub fn detach_all(&self, conn: u64) {
+        let mut any = false;
         for s in self.state.lock().expect("lock").sessions.values_mut() {
-            s.viewers.remove(&conn);
+            any |= s.viewers.remove(&conn).is_some();
+        }
+        if any {
+            self.changed();
         }
     }
 
@@ -1168,7 +1185,7 @@ mod tests {
             std::fs::create_dir(d).unwrap();
         }
         std::fs::write(root.join("session-host.token"), token).unwrap();
-        let opened = Hosted::open(&esc, &certs, &root).unwrap();
+        let opened = Hosted::open(&esc, &certs, &root, watch::channel(0).0).unwrap();
         (dir, certs, opened)
     }
 

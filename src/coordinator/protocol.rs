@@ -107,7 +107,9 @@ pub enum ClientMsg {
     Sessions,
     /// The domain's approval inbox: every escalation request waiting for
     /// a human, whichever session asked, now and as they come (`Pending`),
-    /// and each one's end (`Withdrawn`). This connection may then answer
+    /// and each one's end (`Withdrawn`); with them, the domain's `Status`
+    /// now and after each change, and each live policy change
+    /// (`PolicyChanged`), so a dashboard never polls. This connection may then answer
     /// any of them with `Decision`: the first answer from any of the
     /// user's clients wins, and the others are told (decisions.md D10,
     /// widened to the user's own host clients by D14).

@@ -57,6 +57,9 @@ struct Shared {
     /// Connections watching the approval inbox (`Inbox`): told of every
     /// pending request and of its end.
     inbox: Mutex<BTreeMap<u64, mpsc::UnboundedSender<CoordMsg>>>,
+    /// Counts changes of what `status` shows: inbox watchers are sent the
+    /// domain's status after each (never on a timer).
+    changes: watch::Sender<u64>,
     /// Fires once: tear down now.
     shutdown: watch::Sender<bool>,
     /// Who asked for the teardown (`lazaret down`), told to every session.
@@ -200,6 +203,10 @@ impl SessionDirectory for Directory {
         }
     }
 }
+
+/// How long the status pushed to inbox watchers waits for the changes that
+/// come with the first (a session's start is several).
+const STATUS_SETTLE: Duration = Duration::from_millis(200);
 
 /// One line of the coordinator's log (coordinator::log).
 fn log(msg: &str) {
@@ -395,6 +402,7 @@ async fn serve(
     log(&format!("listening on {}", control_socket.display()));
     let (boot_tx, boot_rx) = watch::channel(Boot::Booting);
     let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+    let changes = watch::channel(0u64).0;
     let shared = Arc::new(Shared {
         engine,
         resolved,
@@ -406,6 +414,7 @@ async fn serve(
         sessions: Mutex::new(BTreeMap::new()),
         pending: Mutex::new(BTreeMap::new()),
         inbox: Mutex::new(BTreeMap::new()),
+        changes: changes.clone(),
         shutdown: shutdown_tx,
         stopped_by: Mutex::new(None),
         limit_gaps: Mutex::new(Vec::new()),
@@ -449,6 +458,7 @@ async fn serve(
             &dir,
             &anchor.certs_dir(&shared.engine.rundir),
             &anchor.domain_root(&shared.engine.data_root),
+            shared.changes.clone(),
         )
         .with_context(|| format!("cannot open the Session Host's socket in {}", dir.display()))?;
         let weak = Arc::downgrade(&shared);
@@ -564,6 +574,7 @@ async fn serve(
                     }
                     *shared.sandbox.lock().expect("lock") = Some(sandbox);
                     let _ = boot_tx.send(Boot::Ready);
+                    shared.changed();
                 }
                 Ok(Err(e)) => {
                     log(&format!("boot failed: {e}"));
@@ -695,6 +706,9 @@ impl Shared {
     fn remove_session(&self, conn: u64) -> (bool, usize, Vec<PendingPrompt>) {
         let mut s = self.sessions.lock().expect("lock");
         let removed = s.remove(&conn).is_some();
+        if removed {
+            self.changed();
+        }
         // Under the sessions lock: `Directory::ask` holds it too.
         let orphans = self.take_prompts(conn);
         (removed, s.len(), orphans)
@@ -737,8 +751,15 @@ impl Shared {
         }
     }
 
+    /// What `status` shows changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
     /// Tells the approval inbox (but `except`, which caused it).
     fn tell_inbox(&self, msg: &CoordMsg, except: Option<u64>) {
+        // Pending counts are in the status too.
+        self.changed();
         self.inbox
             .lock()
             .expect("lock")
@@ -759,6 +780,7 @@ impl Shared {
     /// A hosted session in the coordinator's table: it holds the domain
     /// up, and the Escalation Socket knows its key and where its prompts go.
     fn hold_hosted(&self, started: &super::hosted::Started, purpose: &str) {
+        self.changed();
         let id = started.info.id;
         self.sessions.lock().expect("lock").insert(
             super::hosted::CONN_BASE + u64::from(id),
@@ -886,7 +908,12 @@ impl Shared {
         )
         .await;
         match answer {
-            PolicyAnswer::Changed(report) => CoordMsg::PolicyChanged { report: *report },
+            PolicyAnswer::Changed(report) => {
+                let changed = CoordMsg::PolicyChanged { report: *report };
+                // Every watching workbench shows the table after it.
+                self.tell_inbox(&changed, None);
+                changed
+            }
             PolicyAnswer::Refused {
                 message,
                 needs_restart,
@@ -1015,7 +1042,10 @@ fn start_layer_watch(
             };
             blind = 0;
             pause = LAYER_INTERVAL.max(started.elapsed() * 4);
-            *shared.layer_used.lock().expect("lock") = Some(usage.bytes);
+            let before = shared.layer_used.lock().expect("lock").replace(usage.bytes);
+            if before.is_none_or(|b| b.abs_diff(usage.bytes) >= b / 16) {
+                shared.changed();
+            }
             if usage.complete && usage.bytes <= limit {
                 continue;
             }
@@ -1124,7 +1154,11 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
             blind = 0;
             let (event, detail) = match verdict {
                 Verdict::Within(usage) => {
-                    *shared.memory_used.lock().expect("lock") = Some(usage.rss);
+                    let before = shared.memory_used.lock().expect("lock").replace(usage.rss);
+                    // A move of a sixteenth or more is news for the panels.
+                    if before.is_none_or(|b| b.abs_diff(usage.rss) >= b / 16) {
+                        shared.changed();
+                    }
                     continue;
                 }
                 Verdict::Unmeasured(_) => continue,
@@ -1324,6 +1358,7 @@ async fn handle(shared: Arc<Shared>, mut stream: UnixStream, conn: u64) {
                 human,
             },
         );
+        shared.changed();
         // The session's row and its audit record: one durable commit.
         let store = shared.store.clone();
         let record = serde_json::json!({ "session_id": info.session_id, "key": session_key, "pid": pid, "purpose": purpose, "started": super::store::now() });
@@ -1452,8 +1487,12 @@ async fn serve_session(
     let mut frames = FrameReader::new(r);
     // Hosted sessions this connection is attached to send through this.
     let mut attached = Attachments::new();
-    // The approval inbox, once asked for.
+    // The approval inbox, once asked for; with it, the domain's status
+    // after each change (a burst of changes is one message).
     let mut inbox: Option<mpsc::UnboundedReceiver<CoordMsg>> = None;
+    let mut changes = shared.changes.subscribe();
+    let mut status_due: Option<tokio::time::Instant> = None;
+    let mut last_status: Option<DomainStatus> = None;
     loop {
         let msg = tokio::select! {
             m = frames.next::<ClientMsg>() => m?,
@@ -1483,6 +1522,24 @@ async fn serve_session(
             }
             Some(news) = async { match inbox.as_mut() { Some(i) => i.recv().await, None => None } } => {
                 write_frame(stream, &news).await?;
+                continue;
+            }
+            Ok(()) = changes.changed(), if inbox.is_some() && status_due.is_none() => {
+                status_due = Some(tokio::time::Instant::now() + STATUS_SETTLE);
+                continue;
+            }
+            () = async { tokio::time::sleep_until(status_due.unwrap_or_else(tokio::time::Instant::now)).await }, if status_due.is_some() => {
+                status_due = None;
+                changes.borrow_and_update();
+                let mut domain = shared.status();
+                let unchanged = last_status.as_ref().is_some_and(|last| {
+                    domain.uptime = last.uptime;
+                    *last == domain
+                });
+                if !unchanged {
+                    write_frame(stream, &CoordMsg::Status { domain: domain.clone() }).await?;
+                    last_status = Some(domain);
+                }
                 continue;
             }
             _ = shutdown.changed() => {
@@ -1584,6 +1641,8 @@ async fn serve_session(
                 message: "already said hello".into(),
             },
             ClientMsg::Inbox => {
+                // Its first status now, the next after a change.
+                status_due = Some(tokio::time::Instant::now());
                 let (tx, rx) = mpsc::unbounded_channel();
                 // Under the pending lock: a request asked meanwhile is
                 // either listed here or sent after.

@@ -68,9 +68,6 @@ use lazaret_widgets::layout::PanelKind as Panel;
 /// sessions, a table changed by `lazaret net` elsewhere) and the queue's
 /// ages move on.
 const PANEL_REFRESH: Duration = Duration::from_secs(2);
-/// How often the dashboard's network panel reads the sidecar's table again
-/// (a change made here or a focus change reads it at once).
-const DASHBOARD_NET_REFRESH: Duration = Duration::from_secs(10);
 
 /// A line the human is typing in the status line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +130,8 @@ pub struct App {
     layout: lazaret_widgets::layout::LayoutChoice,
     /// The focused pane has the whole body.
     zoom: bool,
-    /// When the network table was last asked for.
+    /// When the network table was last asked for (read again on a focus
+    /// change and after a live change, never on a timer).
     network_read: Option<Instant>,
     /// When an open panel is read again.
     next_refresh: Option<Instant>,
@@ -347,8 +345,10 @@ impl App {
         self.tabs.clear();
     }
 
+    /// Reads every domain's status once (the workbench has them from the
+    /// inbox's events instead).
     fn refresh_domains(&self) {
-        if !self.shows(Panel::Sessions) {
+        if !self.shows(Panel::Sessions) || self.inbox.is_some() {
             return;
         }
         let tx = self.tx.clone();
@@ -431,38 +431,29 @@ impl App {
         self.mode == Mode::Workbench && self.areas(self.size).panel(panel).is_some()
     }
 
+    /// Reads what an opened panel shows. The sessions and network panels
+    /// are kept up to date by the domains' events after that (the
+    /// approval inbox's connections); only the queue's ages move on a
+    /// timer, while a request waits.
     fn refresh_panel(&mut self) {
         self.next_refresh = None;
-        let mut timed = false;
-        if self.shows(Panel::Sessions) {
+        if self.shows(Panel::Sessions) && self.inbox.is_none() {
             self.refresh_domains();
-            timed = true;
         }
-        if self.shows(Panel::Network) {
-            // Read through `podman exec` in the sidecar: in the dashboard,
-            // where it is always on screen, less often.
-            let every = if self.panel == Some(Panel::Network) {
-                PANEL_REFRESH
-            } else {
-                DASHBOARD_NET_REFRESH
-            };
-            if self.network_read.is_none_or(|t| t.elapsed() >= every) {
-                self.refresh_network(None);
-            }
-            timed = true;
+        if self.shows(Panel::Network) && self.network_read.is_none() {
+            self.refresh_network(None);
         }
-        if self.shows(Panel::Escalations) {
-            // The ages of pending requests move on.
+        if self.shows(Panel::Escalations)
+            && self
+                .seen
+                .iter()
+                .any(|s| s.status == EscalationStatus::Pending)
+        {
             self.dirty = true;
-            timed = true;
-        }
-        if timed {
             self.next_refresh = Some(Instant::now() + PANEL_REFRESH);
         }
     }
 
-    /// Reads the sidecar's live table of the focused tab's domain (after
-    /// allowing or denying `change` in it, at once), off the UI thread.
     fn refresh_network(&mut self, change: Option<(crate::net::Target, bool)>) {
         if !self.shows(Panel::Network) && change.is_none() {
             return;
@@ -497,6 +488,8 @@ impl App {
             }
             Ev::Inbox { hash, label, msg } => self.inbox_news(hash, label, *msg),
             Ev::InboxGone(hash) => {
+                self.domains.retain(|d| d.hash != hash);
+                self.dirty = true;
                 let gone: Vec<String> = self
                     .inboxed
                     .iter()
@@ -586,6 +579,7 @@ impl App {
                 }
                 self.dirty = true;
                 self.refresh_domains();
+                self.domain_up(id);
             }
             Ev::Hosted(id, domain, _session) => {
                 if let Some(t) = self.tab_mut(id) {
@@ -594,6 +588,7 @@ impl App {
                 }
                 self.dirty = true;
                 self.refresh_domains();
+                self.domain_up(id);
             }
             Ev::Failed(id, why) => {
                 if self.mode == Mode::Shell {
@@ -777,6 +772,20 @@ impl App {
 }
 
 impl App {
+    /// Tab `id`'s domain is up: a network panel waiting for the focused
+    /// tab's table reads it now.
+    fn domain_up(&mut self, id: u64) {
+        let focused = self.tabs.get(self.focus).is_some_and(|t| t.id == id);
+        let hash = self
+            .tabs
+            .get(self.focus)
+            .map(|t| t.launch.ctx.anchor.hash().to_string());
+        let shown = self.network.as_ref().map(|(h, _)| h.clone());
+        if focused && shown != hash {
+            self.refresh_network(None);
+        }
+    }
+
     /// The human changed the layout: drawn at once, kept for next time.
     pub(super) fn set_layout(&mut self, choice: lazaret_widgets::layout::LayoutChoice) {
         self.layout = choice;
@@ -825,6 +834,28 @@ impl App {
             }
             CoordMsg::Withdrawn { request_id, reason } => {
                 self.inbox_withdrawn(&request_id, &reason);
+            }
+            // The sessions panel, from events.
+            CoordMsg::Status { domain } => {
+                match self.domains.iter_mut().find(|d| d.hash == domain.hash) {
+                    Some(d) => *d = domain,
+                    None => {
+                        self.domains.push(domain);
+                        self.domains.sort_by(|a, b| a.hash.cmp(&b.hash));
+                    }
+                }
+                self.dirty = true;
+            }
+            // A live change (here or by `lazaret net` anywhere): the
+            // network panel reads the focused domain's table again.
+            CoordMsg::PolicyChanged { .. } => {
+                let focused = self
+                    .tabs
+                    .get(self.focus)
+                    .is_some_and(|t| t.launch.ctx.anchor.hash() == hash);
+                if focused {
+                    self.refresh_network(None);
+                }
             }
             // Shown where the request is listed, whichever client answered.
             CoordMsg::Outcome { outcome } => {

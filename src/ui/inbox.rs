@@ -7,7 +7,9 @@
 //!
 //! Domains are found by their control sockets in the runtime folder (a
 //! directory read each second, nothing asked of podman); each is watched
-//! on one query connection that never holds the domain up.
+//! on one query connection that never holds the domain up. The same
+//! connection brings the domain's status after each change and its live
+//! policy changes: the sessions and network panels never poll.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -88,7 +90,11 @@ async fn watch(socket: &std::path::Path, tx: &std::sync::mpsc::Sender<Ev>, route
     loop {
         tokio::select! {
             msg = frames.next::<CoordMsg>() => match msg {
-                Ok(msg @ (CoordMsg::Pending { .. } | CoordMsg::Withdrawn { .. } | CoordMsg::Outcome { .. })) => {
+                Ok(msg @ (CoordMsg::Pending { .. }
+                    | CoordMsg::Withdrawn { .. }
+                    | CoordMsg::Outcome { .. }
+                    | CoordMsg::Status { .. }
+                    | CoordMsg::PolicyChanged { .. })) => {
                     let ev = Ev::Inbox {
                         hash: hash.clone(),
                         label: label.clone(),
