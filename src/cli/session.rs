@@ -202,6 +202,7 @@ fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: boo
         limits: String::new(),
         limit_gaps: Vec::new(),
         memory_used: None,
+        memory_limit: None,
         layer_used: None,
         hosted: Vec::new(),
         orphaned,

@@ -292,6 +292,9 @@ pub struct DomainStatus {
     /// The sandbox's memory as the watchdog last measured it (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used: Option<u64>,
+    /// The sandbox's memory limit (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
     /// Under runc, what its root file system's writes hold on the host's
     /// disk, as the layer watch last measured it (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]

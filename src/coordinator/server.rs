@@ -257,6 +257,7 @@ impl Shared {
             limits: self.resolved.profile.limits.summary(),
             limit_gaps: self.limit_gaps.lock().expect("lock").clone(),
             memory_used: *self.memory_used.lock().expect("lock"),
+            memory_limit: Some(self.resolved.profile.limits.memory),
             layer_used: *self.layer_used.lock().expect("lock"),
             hosted: self.hosted.get().map(|h| h.list()).unwrap_or_default(),
             orphaned: false,

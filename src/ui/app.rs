@@ -15,8 +15,8 @@ use lazaret_widgets::modal::{ApprovalModal, CommandEditor};
 use lazaret_widgets::pane::TerminalPane;
 use lazaret_widgets::panels::{
     AuditEntry, AuditPanel, EscalationRow, EscalationStatus, EscalationsPanel, FormOutcome,
-    HelpOverlay, HelpSection, KeyBinding, NetworkPanel, NewTabDialog, NewTabForm, ProfileChoice,
-    RouteRow, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
+    HelpOverlay, HelpSection, HostedRow, KeyBinding, NetworkPanel, NewTabDialog, NewTabForm,
+    ProfileChoice, RouteRow, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
 };
 use ratatui::Terminal;
 use ratatui::backend::Backend;

@@ -17,7 +17,7 @@ pub use escalations::{EscalationRow, EscalationStatus, EscalationsPanel};
 pub use help::{HelpOverlay, HelpSection, KeyBinding};
 pub use network::{NetworkPanel, RouteRow, Verdict};
 pub use new_tab::{FormOutcome, NewTabDialog, NewTabField, NewTabForm, ProfileChoice};
-pub use sessions::{SessionRow, SessionsPanel};
+pub use sessions::{HostedRow, SessionRow, SessionsPanel};
 pub use status::StatusLine;
 pub use tabs::{TabBar, TabInfo};
 

@@ -45,10 +45,12 @@ fn frame(width: u16, height: u16, spec: LayoutSpec) -> String {
         TabInfo {
             title: "claude".into(),
             pending: 0,
+            ended: false,
         },
         TabInfo {
             title: "claude-2".into(),
             pending: 1,
+            ended: false,
         },
     ];
     let buf = render(width, height, |f| {

@@ -12,7 +12,7 @@ use ratatui::style::Color;
 #[test]
 fn sessions_panel() {
     let rows = sessions();
-    let buf = render(90, 6, |f| {
+    let buf = render(90, 9, |f| {
         f.render_widget(
             SessionsPanel {
                 rows: &rows,
@@ -23,10 +23,13 @@ fn sessions_panel() {
         );
     });
     insta::assert_snapshot!(dump(&buf));
-    // The non-gVisor runtime is loud: white on red.
-    let x = row(&buf, 3).find("NOT gVisor").expect("NOT gVisor shown") as u16;
-    let cell = &buf[(x, 3)];
+    // The non-gVisor runtime is loud: white on red (the second domain, under
+    // the first one's two hosted sessions).
+    let x = row(&buf, 5).find("NOT gVisor").expect("NOT gVisor shown") as u16;
+    let cell = &buf[(x, 5)];
     assert_eq!((cell.fg, cell.bg), (Color::White, Color::Red));
+    // A session waiting for an approval says so in words.
+    assert!(row(&buf, 4).contains("WAITING 1"), "{}", dump(&buf));
 }
 
 #[test]
@@ -252,18 +255,22 @@ fn tabs() -> Vec<TabInfo> {
         TabInfo {
             title: "claude".into(),
             pending: 0,
+            ended: false,
         },
         TabInfo {
             title: "aider".into(),
             pending: 2,
+            ended: false,
         },
         TabInfo {
             title: "shell".into(),
             pending: 0,
+            ended: true,
         },
         TabInfo {
             title: "codex".into(),
             pending: 1,
+            ended: false,
         },
     ]
 }

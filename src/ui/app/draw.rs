@@ -209,6 +209,7 @@ impl App {
                     _ => t.title.clone(),
                 },
                 pending: t.prompts.len(),
+                ended: matches!(t.phase, Phase::Failed(_)),
             })
             .collect();
         let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
@@ -277,6 +278,19 @@ impl App {
                 gvisor: d.gvisor,
                 sessions: d.sessions.len(),
                 uptime: Duration::from_secs(d.uptime),
+                degraded: d.degraded.is_some(),
+                memory: d.memory_used.map(|used| (used, d.memory_limit)),
+                hosted: d
+                    .hosted
+                    .iter()
+                    .map(|h| HostedRow {
+                        id: h.id,
+                        command: h.argv.join(" "),
+                        clients: h.viewers,
+                        pending: h.pending,
+                        exited: h.exited,
+                    })
+                    .collect(),
             })
             .collect();
         let escalations: Vec<EscalationRow> = self

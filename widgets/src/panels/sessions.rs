@@ -1,5 +1,8 @@
 //! Every running domain of this user: its Agent Sandbox's runtime (anything
-//! but gVisor is shown loudly), Client Sessions and uptime.
+//! but gVisor, or a degraded sandbox, is shown loudly), memory against its
+//! limit, Client Sessions and uptime; under each domain its hosted sessions
+//! with their state in words (waiting for an approval, attached, detached,
+//! exited).
 
 use std::time::Duration;
 
@@ -26,6 +29,83 @@ pub struct SessionRow {
     /// Client Sessions attached.
     pub sessions: usize,
     pub uptime: Duration,
+    /// The sandbox's start-up self-test failed and it runs anyway
+    /// (`--allow-degraded`): shown as loudly as a runtime without gVisor.
+    pub degraded: bool,
+    /// The sandbox's memory as the watchdog measured it, and its limit
+    /// (bytes).
+    pub memory: Option<(u64, Option<u64>)>,
+    /// Its sessions that live in the domain, attached or not.
+    pub hosted: Vec<HostedRow>,
+}
+
+/// One session that lives in a domain (decisions.md D14).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostedRow {
+    /// Its number: `lazaret attach N`.
+    pub id: u32,
+    pub command: String,
+    /// Clients showing it now.
+    pub clients: u32,
+    /// Escalation requests of it waiting for a human.
+    pub pending: u32,
+    /// How it ended, while it is still listed.
+    pub exited: Option<i32>,
+}
+
+impl HostedRow {
+    /// Its state in words (colour only repeats them): waiting for an
+    /// approval first, then ended, attached or not.
+    fn state(&self) -> Span<'static> {
+        if self.pending > 0 {
+            return Span::styled(
+                format!("WAITING {}", self.pending),
+                Style::new()
+                    .fg(Color::Black)
+                    .bg(Color::Yellow)
+                    .add_modifier(Modifier::BOLD),
+            );
+        }
+        match (self.exited, self.clients) {
+            (Some(code), _) => {
+                Span::styled(format!("exited {code}"), Style::new().fg(Color::DarkGray))
+            }
+            (None, 0) => Span::styled("detached", Style::new().fg(Color::Cyan)),
+            (None, 1) => Span::raw("attached"),
+            (None, n) => Span::raw(format!("attached ×{n}")),
+        }
+    }
+}
+
+/// `1.2 GiB` (binary units, one decimal under 10).
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 10.0 && unit > 0 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.0} {}", UNITS[unit])
+    }
+}
+
+/// `1.2 of 4.0 GiB` (units once when they agree), or what is known of it.
+fn memory_text(row: &SessionRow) -> String {
+    match row.memory {
+        Some((used, Some(limit))) => {
+            let (used, limit) = (size(used), size(limit));
+            match (used.split_once(' '), limit.split_once(' ')) {
+                (Some((u, a)), Some((l, b))) if a == b => format!("{u} of {l} {a}"),
+                _ => format!("{used} of {limit}"),
+            }
+        }
+        Some((used, None)) => size(used),
+        None => "-".into(),
+    }
 }
 
 /// The sessions panel.
@@ -54,10 +134,23 @@ const NARROW: u16 = 80;
 impl Widget for SessionsPanel<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         let unsafe_count = self.rows.iter().filter(|r| !r.gvisor).count();
+        let degraded = self.rows.iter().filter(|r| r.degraded).count();
         let n = self.rows.len();
         let mut title = format!(" Sessions · {n} domain{} ", if n == 1 { "" } else { "s" });
         if unsafe_count > 0 {
             title = format!("{title}· {unsafe_count} NOT gVisor ");
+        }
+        if degraded > 0 {
+            title = format!("{title}· {degraded} DEGRADED ");
+        }
+        let waiting: u32 = self
+            .rows
+            .iter()
+            .flat_map(|r| &r.hosted)
+            .map(|h| h.pending)
+            .sum();
+        if waiting > 0 {
+            title = format!("{title}· {waiting} waiting ");
         }
         let block = panel_block(title, self.focused);
         let inner = block.inner(area);
@@ -84,10 +177,10 @@ impl Widget for SessionsPanel<'_> {
             .max(7);
         // In a narrow panel the runtime label is cut before the session
         // count and uptime disappear (its colour still says "not gVisor").
-        let others = 12 + 12 + 10 + 8 + 6 + usize::from(SPACING) * 5;
+        let others = 12 + 12 + 10 + 15 + 8 + 6 + usize::from(SPACING) * 6;
         let runtime_width =
             runtime_width.min(usize::from(inner.width).saturating_sub(others).max(7));
-        let fixed = [12, 12, runtime_width, 8, 6];
+        let fixed = [12, 12, runtime_width, 15, 8, 6];
         let fixed_total: usize = fixed.iter().sum::<usize>() + usize::from(SPACING) * fixed.len();
         let workspace_width = usize::from(inner.width).saturating_sub(fixed_total).max(10);
         let widths = [
@@ -95,6 +188,7 @@ impl Widget for SessionsPanel<'_> {
             Constraint::Length(12),
             Constraint::Min(10),
             Constraint::Length(u16::try_from(runtime_width).unwrap_or(u16::MAX)),
+            Constraint::Length(15),
             Constraint::Length(8),
             Constraint::Length(6),
         ];
@@ -104,28 +198,47 @@ impl Widget for SessionsPanel<'_> {
             "PROFILE",
             "WORKSPACE",
             "RUNTIME",
+            "MEMORY",
             "SESSIONS",
             "UPTIME",
         ])
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-        let rows = self.rows.iter().map(|r| {
-            let runtime = runtime_span(r);
-            Row::new([
+        // Each domain, then its hosted sessions under it; the selection
+        // counts domains.
+        let mut rows = Vec::new();
+        let mut selected_row = None;
+        for (i, r) in self.rows.iter().enumerate() {
+            if self.selected == Some(i) {
+                selected_row = Some(rows.len());
+            }
+            rows.push(Row::new([
                 Cell::from(shown(&r.domain)),
                 Cell::from(shown(&r.profile)),
                 Cell::from(keep_end(&shown(&r.workspace), workspace_width)),
-                Cell::from(runtime),
+                Cell::from(runtime_span(r)),
+                Cell::from(memory_text(r)),
                 // Right-aligned, not padded: a squeezed column still shows
                 // the number rather than the padding.
                 Cell::from(Line::from(r.sessions.to_string()).right_aligned()),
                 Cell::from(Line::from(format_duration(r.uptime)).right_aligned()),
-            ])
-        });
+            ]));
+            for h in &r.hosted {
+                rows.push(Row::new([
+                    Cell::from(""),
+                    Cell::from(format!("  #{}", h.id)),
+                    Cell::from(keep_end(&shown(&h.command), workspace_width)),
+                    Cell::from(h.state()),
+                    Cell::from(""),
+                    Cell::from(""),
+                    Cell::from(""),
+                ]));
+            }
+        }
         let table = Table::new(rows, widths)
             .header(header)
             .column_spacing(SPACING)
             .row_highlight_style(selected_style());
-        let mut state = TableState::default().with_selected(self.selected);
+        let mut state = TableState::default().with_selected(selected_row);
         StatefulWidget::render(table, inner, buf, &mut state);
     }
 }
@@ -151,10 +264,14 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
                 Style::new().fg(Color::DarkGray),
             ),
         ]);
+        let memory = format!("mem {} · ", memory_text(r));
         let mut second = Line::from(Span::styled(
             format!(
-                "  {}",
-                keep_end(&shown(&r.workspace), width.saturating_sub(2))
+                "  {memory}{}",
+                keep_end(
+                    &shown(&r.workspace),
+                    width.saturating_sub(2 + memory.chars().count())
+                )
             ),
             Style::new().fg(Color::DarkGray),
         ));
@@ -164,13 +281,26 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
         }
         lines.push(first);
         lines.push(second);
+        for h in &r.hosted {
+            lines.push(Line::from(vec![
+                Span::raw(format!("  #{} ", h.id)),
+                h.state(),
+                Span::styled(
+                    format!(
+                        " {}",
+                        keep_end(&shown(&h.command), width.saturating_sub(20))
+                    ),
+                    Style::new().fg(Color::DarkGray),
+                ),
+            ]));
+        }
     }
     Paragraph::new(lines).render(area, buf);
 }
 
 /// The runtime, green under gVisor, white on red otherwise.
 fn runtime_span(row: &SessionRow) -> Span<'static> {
-    if row.gvisor {
+    if row.gvisor && !row.degraded {
         Span::styled(runtime_label(row), Style::new().fg(Color::Green))
     } else {
         Span::styled(
@@ -184,9 +314,9 @@ fn runtime_span(row: &SessionRow) -> Span<'static> {
 }
 
 fn runtime_label(row: &SessionRow) -> String {
-    if row.gvisor {
-        shown(&row.runtime)
-    } else {
-        format!("NOT gVisor: {}", shown(&row.runtime))
+    match (row.gvisor, row.degraded) {
+        (_, true) => format!("DEGRADED: {}", shown(&row.runtime)),
+        (true, false) => shown(&row.runtime),
+        (false, false) => format!("NOT gVisor: {}", shown(&row.runtime)),
     }
 }

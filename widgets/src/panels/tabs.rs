@@ -1,5 +1,5 @@
 //! The tab bar: one tab per Client Session, with a badge on tabs that have
-//! pending escalation requests.
+//! pending escalation requests, and one on tabs whose session ended.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -15,6 +15,9 @@ pub struct TabInfo {
     pub title: String,
     /// Pending escalation requests from this tab.
     pub pending: usize,
+    /// Its command ended (and failed: a clean end closes the tab), or its
+    /// domain went: the tab stays for its last screen.
+    pub ended: bool,
 }
 
 /// The tab bar, one row high.
@@ -43,6 +46,15 @@ fn tab_spans(i: usize, tab: &TabInfo, selected: bool) -> (Vec<Span<'static>>, us
     let label = format!(" {}:{} ", i + 1, shown(&tab.title));
     let mut width = Span::raw(label.as_str()).width();
     let mut spans = vec![Span::styled(label, style)];
+    if tab.ended {
+        // A word, not a colour: NO_COLOR keeps it.
+        let badge = " ended ";
+        width += badge.len();
+        spans.push(Span::styled(
+            badge,
+            Style::new().fg(Color::White).bg(Color::DarkGray),
+        ));
+    }
     if tab.pending > 0 {
         let badge = format!(" !{} ", tab.pending);
         width += badge.len();

@@ -86,10 +86,12 @@ pub fn row(buf: &Buffer, y: u16) -> String {
         .to_string()
 }
 
-/// Two domains for the sessions panel: one under gVisor, one not.
+/// Two domains for the sessions panel: one under gVisor with two hosted
+/// sessions (one waiting for an approval), one not under gVisor with a
+/// detached one.
 #[allow(dead_code)]
 pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
-    use lazaret_widgets::panels::SessionRow;
+    use lazaret_widgets::panels::{HostedRow, SessionRow};
     vec![
         SessionRow {
             domain: "3fa9c2e1b7d0".into(),
@@ -99,6 +101,24 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
             gvisor: true,
             sessions: 2,
             uptime: Duration::from_secs(3 * 3600 + 12 * 60),
+            degraded: false,
+            memory: Some((1_288_490_188, Some(4 << 30))),
+            hosted: vec![
+                HostedRow {
+                    id: 1,
+                    command: "/bin/bash -l".into(),
+                    clients: 1,
+                    pending: 0,
+                    exited: None,
+                },
+                HostedRow {
+                    id: 2,
+                    command: "claude".into(),
+                    clients: 0,
+                    pending: 1,
+                    exited: None,
+                },
+            ],
         },
         SessionRow {
             domain: "91bb04aa5e3c".into(),
@@ -108,6 +128,15 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
             gvisor: false,
             sessions: 1,
             uptime: Duration::from_secs(42),
+            degraded: false,
+            memory: None,
+            hosted: vec![HostedRow {
+                id: 3,
+                command: "aider".into(),
+                clients: 0,
+                pending: 0,
+                exited: Some(1),
+            }],
         },
     ]
 }
