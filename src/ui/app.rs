@@ -130,6 +130,12 @@ pub struct App {
     layout: lazaret_widgets::layout::LayoutChoice,
     /// The focused pane has the whole body.
     zoom: bool,
+    /// A panel that has the keys (prefix Tab, or prefix s/w/e in the
+    /// dashboard) instead of the shell; Esc gives them back.
+    panel_focus: Option<Panel>,
+    /// The selected row of each panel (sessions: domains and their hosted
+    /// sessions, in the order drawn).
+    selected: std::collections::HashMap<Panel, usize>,
     /// When the network table was last asked for (read again on a focus
     /// change and after a live change, never on a timer).
     network_read: Option<Instant>,
@@ -217,6 +223,8 @@ impl App {
             panel: None,
             layout,
             zoom: false,
+            panel_focus: None,
+            selected: std::collections::HashMap::new(),
             network_read: None,
             next_refresh: None,
             redraw_at: None,
@@ -771,7 +779,103 @@ impl App {
     }
 }
 
+/// A row of the sessions panel: a domain (by index) or one of its hosted
+/// sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SessionEntry {
+    Domain(usize),
+    Hosted(usize, u32),
+}
+
 impl App {
+    /// The sessions panel's rows, in the order drawn.
+    pub(super) fn session_entries(&self) -> Vec<SessionEntry> {
+        let mut entries = Vec::new();
+        for (i, d) in self.domains.iter().enumerate() {
+            entries.push(SessionEntry::Domain(i));
+            entries.extend(d.hosted.iter().map(|h| SessionEntry::Hosted(i, h.id)));
+        }
+        entries
+    }
+
+    /// Enter on a sessions panel row: a hosted session shown by a tab
+    /// here gets the focus; another is attached in a new tab; a domain
+    /// gets a new tab (a new session in it).
+    pub(super) fn open_entry(&mut self, entry: SessionEntry) {
+        let (i, hosted) = match entry {
+            SessionEntry::Domain(i) => (i, None),
+            SessionEntry::Hosted(i, n) => (i, Some(n)),
+        };
+        let Some(d) = self.domains.get(i) else {
+            return;
+        };
+        if let Some(n) = hosted
+            && let Some(t) = self.tabs.iter().position(|t| {
+                t.launch.ctx.anchor.hash() == d.hash
+                    && t.hosted.as_ref().and_then(|h| h.id()) == Some(n)
+            })
+        {
+            self.focus = t;
+            self.panel_focus = None;
+            return;
+        }
+        if hosted.is_some_and(|n| d.hosted.iter().any(|h| h.id == n && h.exited.is_some())) {
+            self.message = Some("that session has ended".into());
+            return;
+        }
+        let (profile, workspace) = (d.profile.clone(), std::path::PathBuf::from(&d.workspace));
+        match self.launcher.launch(Some(&profile), &workspace) {
+            Ok(mut launch) => {
+                if let Some(n) = hosted {
+                    launch.session = crate::client::SessionChoice::Attach(n);
+                }
+                self.panel_focus = None;
+                self.open_tab(&launch);
+            }
+            Err(e) => {
+                self.message = Some(format!("cannot open {profile} · {}: {e:#}", d.workspace));
+            }
+        }
+    }
+
+    /// Enter on an escalation queue row: a request still waiting is shown
+    /// (its tab focused, or, from the inbox, opened over the pane).
+    pub(super) fn open_request(&mut self, row: usize) {
+        let Some(seen) = self.seen.get(row) else {
+            return;
+        };
+        if seen.status != EscalationStatus::Pending {
+            self.message = Some(format!("request {} no longer waits", seen.id));
+            return;
+        }
+        let id = seen.id.clone();
+        self.panel_focus = None;
+        if let Some(t) = self
+            .tabs
+            .iter()
+            .position(|t| t.prompts.iter().any(|p| p.ids().any(|i| *i == id)))
+        {
+            self.focus = t;
+        } else if let Some(i) = self.inboxed.iter().position(|p| p.prompt.request_id == id) {
+            self.show_inboxed(i);
+        }
+        self.dirty = true;
+    }
+
+    /// Request `i` of the inbox opens over the focused pane, answered
+    /// through its domain's coordinator.
+    fn show_inboxed(&mut self, i: usize) {
+        let item = self.inboxed.remove(i);
+        if let Some(tab) = self.tabs.get_mut(self.focus) {
+            tab.prompts.push_front(Pending::routed(
+                item.prompt,
+                &item.asked_by,
+                &item.label,
+                &item.hash,
+            ));
+        }
+    }
+
     /// Tab `id`'s domain is up: a network panel waiting for the focused
     /// tab's table reads it now.
     fn domain_up(&mut self, id: u64) {
@@ -938,15 +1042,7 @@ impl App {
             (Some((t, i)), Some((b, _))) if t <= b => self.focus = i,
             (Some((_, i)), None) => self.focus = i,
             (_, Some((_, i))) => {
-                let item = self.inboxed.remove(i);
-                if let Some(tab) = self.tabs.get_mut(self.focus) {
-                    tab.prompts.push_front(Pending::routed(
-                        item.prompt,
-                        &item.asked_by,
-                        &item.label,
-                        &item.hash,
-                    ));
-                }
+                self.show_inboxed(i);
             }
             (None, None) => self.message = Some("no request waits for a human".into()),
         }

@@ -275,7 +275,7 @@ impl HostedPane {
         self.code.lock().expect("lock").is_some()
     }
 
-    fn id(&self) -> Option<u32> {
+    pub fn id(&self) -> Option<u32> {
         match self.session.load(Ordering::Acquire) {
             0 => None,
             n => Some(n),

@@ -275,6 +275,37 @@ fn tabs() -> Vec<TabInfo> {
     ]
 }
 
+/// A click lands on the tab drawn there, badges included; the gaps and
+/// the empty end are no tab.
+#[test]
+fn tab_bar_clicks_find_their_tab() {
+    let tabs = tabs();
+    let bar = TabBar::new(&tabs, 0);
+    let area = Rect::new(0, 0, 60, 1);
+    let hits: Vec<Option<usize>> = [5, 10, 12, 22, 30, 38, 45, 59]
+        .iter()
+        .map(|x| bar.tab_at(area, *x))
+        .collect();
+    assert_eq!(
+        hits,
+        [
+            Some(0),
+            None,
+            Some(1),
+            Some(1),
+            Some(2),
+            Some(2),
+            Some(3),
+            None
+        ]
+    );
+    // Scrolled so the last one fits: the first shown is after "…".
+    let narrow = Rect::new(0, 0, 30, 1);
+    let last = TabBar::new(&tabs, 3);
+    assert_eq!(last.tab_at(narrow, 0), None);
+    assert_eq!(last.tab_at(narrow, 5), Some(3));
+}
+
 #[test]
 fn tab_bar_with_badges() {
     let tabs = tabs();

@@ -41,6 +41,21 @@ impl App {
         lazaret_widgets::layout::workbench(full, &self.layout_spec())
     }
 
+    /// What the tab bar shows of each tab.
+    pub(super) fn tab_infos(&self) -> Vec<TabInfo> {
+        self.tabs
+            .iter()
+            .map(|t| TabInfo {
+                title: match &t.domain {
+                    Some(d) if d.degraded.is_some() => format!("{} !DEGRADED", t.title),
+                    _ => t.title.clone(),
+                },
+                pending: t.prompts.len(),
+                ended: matches!(t.phase, Phase::Failed(_)),
+            })
+            .collect()
+    }
+
     pub(super) fn layout_spec(&self) -> lazaret_widgets::layout::LayoutSpec {
         lazaret_widgets::layout::LayoutSpec {
             choice: self.layout,
@@ -169,6 +184,10 @@ impl App {
                     ),
                     b(format!("{p} a"), "audit trail of the focused tab's domain"),
                     b(
+                        format!("{p} Tab"),
+                        "keys to the next panel on screen (Up/Down, Enter opens, Esc back to the shell)",
+                    ),
+                    b(
                         format!("{p} z"),
                         "zoom: the shell takes the whole screen, and back",
                     ),
@@ -200,18 +219,7 @@ impl App {
             t.resize(rows, cols);
         }
         let areas = self.areas(self.size);
-        let infos: Vec<TabInfo> = self
-            .tabs
-            .iter()
-            .map(|t| TabInfo {
-                title: match &t.domain {
-                    Some(d) if d.degraded.is_some() => format!("{} !DEGRADED", t.title),
-                    _ => t.title.clone(),
-                },
-                pending: t.prompts.len(),
-                ended: matches!(t.phase, Phase::Failed(_)),
-            })
-            .collect();
+        let infos = self.tab_infos();
         let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
             Some(d) if d.degraded.is_some() => format!(
                 "{} {} · !! DEGRADED ({}): self-test failed: {} !!",
@@ -321,6 +329,8 @@ impl App {
         let armed = self.armed;
         let prefix = self.prefix_text.clone();
         let audit = &self.audit;
+        let panel_focus = self.panel_focus;
+        let selections = self.selected.clone();
         let tabs = &mut self.tabs;
         let shown_modal = &mut self.shown_modal;
         let redraw_at = &mut self.redraw_at;
@@ -407,20 +417,39 @@ impl App {
                 }
             }
             for (panel, area) in areas.panels.iter().copied() {
+                // A focused panel shows its selection.
+                let focused = panel_focus == Some(panel);
+                let selected = selections.get(&panel).copied().filter(|_| focused);
                 match panel {
-                    Panel::Sessions => f.render_widget(SessionsPanel::new(&sessions), area),
+                    Panel::Sessions => f.render_widget(
+                        SessionsPanel {
+                            rows: &sessions,
+                            selected,
+                            focused,
+                        },
+                        area,
+                    ),
                     Panel::Network => f.render_widget(
                         match routes {
-                            Some(rows) => NetworkPanel::new(rows),
+                            Some(rows) => NetworkPanel {
+                                selected,
+                                focused,
+                                ..NetworkPanel::new(rows)
+                            },
                             None => NetworkPanel::new(&[]).waiting(
                                 "reading the live table of the focused domain (once it is up)…",
                             ),
                         },
                         area,
                     ),
-                    Panel::Escalations => {
-                        f.render_widget(EscalationsPanel::new(&escalations), area);
-                    }
+                    Panel::Escalations => f.render_widget(
+                        EscalationsPanel {
+                            rows: &escalations,
+                            selected,
+                            focused,
+                        },
+                        area,
+                    ),
                     Panel::Audit => f.render_widget(AuditPanel::new(audit), area),
                 }
             }

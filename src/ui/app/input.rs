@@ -11,6 +11,14 @@ impl App {
     /// The mouse goes to the child only when it asked for it; otherwise
     /// the wheel scrolls the pane's history.
     pub(super) fn mouse(&mut self, m: &MouseEvent) {
+        if self.mode == Mode::Workbench
+            && m.kind == MouseEventKind::Down(ratatui::crossterm::event::MouseButton::Left)
+            && self.new_tab.is_none()
+            && !self.help
+            && self.click(m.column, m.row)
+        {
+            return;
+        }
         let inner = Block::bordered().inner(self.areas(self.size).pane);
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
@@ -119,6 +127,13 @@ impl App {
         if key_matches(&key, &self.prefix) {
             self.armed = true;
             return;
+        }
+        if let Some(panel) = self.panel_focus {
+            if self.shows(panel) {
+                self.panel_key(panel, key);
+                return;
+            }
+            self.panel_focus = None;
         }
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
@@ -298,6 +313,7 @@ impl App {
             KeyCode::Char(',') => self.input = typing(InputKind::Rename),
             KeyCode::Char('+') => self.input = typing(InputKind::Allow),
             KeyCode::Char('-') => self.input = typing(InputKind::Deny),
+            KeyCode::Char('w') if self.dashboard() => self.panel_focus = Some(Panel::Network),
             KeyCode::Char('w') => self.toggle(Panel::Network),
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char('q') => {
@@ -330,11 +346,130 @@ impl App {
                 choice.dashboard = !choice.dashboard;
                 self.set_layout(choice);
             }
+            KeyCode::Tab => self.cycle_focus(),
+            // In the dashboard they are on screen already: they get the keys.
+            KeyCode::Char('s') if self.dashboard() => self.panel_focus = Some(Panel::Sessions),
+            KeyCode::Char('e') if self.dashboard() => {
+                self.panel_focus = Some(Panel::Escalations);
+            }
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),
             _ => {}
         }
+    }
+
+    fn dashboard(&self) -> bool {
+        lazaret_widgets::layout::is_dashboard(
+            Rect::new(0, 0, self.size.width, self.size.height),
+            &self.layout_spec(),
+        )
+    }
+
+    /// Prefix Tab: the keys go to the next panel on screen, then back to
+    /// the shell.
+    fn cycle_focus(&mut self) {
+        let shown: Vec<Panel> = self
+            .areas(self.size)
+            .panels
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        let next = match self
+            .panel_focus
+            .and_then(|p| shown.iter().position(|k| *k == p))
+        {
+            Some(i) => shown.get(i + 1).copied(),
+            None => shown.first().copied(),
+        };
+        self.panel_focus = next;
+        if next.is_none() {
+            self.message = Some("keys go to the shell".into());
+        }
+    }
+
+    /// A key for the focused panel: Up/Down/PgUp/PgDn/Home/End move its
+    /// selection, Enter opens what is selected, Esc gives the keys back to
+    /// the shell.
+    fn panel_key(&mut self, panel: Panel, key: KeyEvent) {
+        let rows = match panel {
+            Panel::Sessions => self.session_entries().len(),
+            Panel::Escalations => self.seen.len(),
+            Panel::Network => self.network.as_ref().map_or(0, |(_, t)| t.rows.len()),
+            Panel::Audit => self.audit.len(),
+        };
+        let sel = self.selected.entry(panel).or_insert(0);
+        let last = rows.saturating_sub(1);
+        match key.code {
+            KeyCode::Esc => {
+                self.panel_focus = None;
+                return;
+            }
+            KeyCode::Up | KeyCode::Char('k') => *sel = sel.saturating_sub(1),
+            KeyCode::Down | KeyCode::Char('j') => *sel = (*sel + 1).min(last),
+            KeyCode::PageUp => *sel = sel.saturating_sub(10),
+            KeyCode::PageDown => *sel = (*sel + 10).min(last),
+            KeyCode::Home => *sel = 0,
+            KeyCode::End => *sel = last,
+            KeyCode::Enter => {
+                let at = (*sel).min(last);
+                match panel {
+                    Panel::Sessions => {
+                        if let Some(entry) = self.session_entries().get(at).copied() {
+                            self.open_entry(entry);
+                        }
+                    }
+                    Panel::Escalations => self.open_request(at),
+                    Panel::Network | Panel::Audit => {}
+                }
+                return;
+            }
+            _ => return,
+        }
+        *sel = (*sel).min(last);
+    }
+
+    /// A left click: on a tab, it is focused; on a row of the sessions or
+    /// the escalation panel, that row is opened as Enter would.
+    pub(super) fn click(&mut self, column: u16, row: u16) -> bool {
+        let areas = self.areas(self.size);
+        if row == areas.tabs.y && areas.tabs.width > 0 {
+            let infos = self.tab_infos();
+            if let Some(i) = TabBar::new(&infos, self.focus).tab_at(areas.tabs, column) {
+                self.focus = i;
+                self.panel_focus = None;
+                self.dirty = true;
+            }
+            return true;
+        }
+        for (panel, area) in areas.panels {
+            if !area.contains(ratatui::layout::Position::new(column, row)) {
+                continue;
+            }
+            // Inside the border, under the table's header.
+            let first = area.y + 2;
+            if row >= first && row < area.y + area.height.saturating_sub(1) {
+                let at = usize::from(row - first);
+                match panel {
+                    Panel::Sessions => {
+                        if let Some(entry) = self.session_entries().get(at).copied() {
+                            self.selected.insert(panel, at);
+                            self.open_entry(entry);
+                        }
+                    }
+                    Panel::Escalations => {
+                        self.selected.insert(panel, at);
+                        self.open_request(at);
+                    }
+                    _ => self.panel_focus = Some(panel),
+                }
+            } else {
+                self.panel_focus = Some(panel);
+            }
+            self.dirty = true;
+            return true;
+        }
+        false
     }
 
     pub(super) fn toggle(&mut self, panel: Panel) {

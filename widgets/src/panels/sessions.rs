@@ -112,6 +112,8 @@ fn memory_text(row: &SessionRow) -> String {
 #[derive(Clone, Copy, Debug)]
 pub struct SessionsPanel<'a> {
     pub rows: &'a [SessionRow],
+    /// The selected line: domains and their hosted sessions counted in the
+    /// order drawn (a domain, then its sessions).
     pub selected: Option<usize>,
     pub focused: bool,
 }
@@ -203,14 +205,10 @@ impl Widget for SessionsPanel<'_> {
             "UPTIME",
         ])
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-        // Each domain, then its hosted sessions under it; the selection
-        // counts domains.
+        // Each domain, then its hosted sessions under it: the selection
+        // counts both.
         let mut rows = Vec::new();
-        let mut selected_row = None;
-        for (i, r) in self.rows.iter().enumerate() {
-            if self.selected == Some(i) {
-                selected_row = Some(rows.len());
-            }
+        for r in self.rows {
             rows.push(Row::new([
                 Cell::from(shown(&r.domain)),
                 Cell::from(shown(&r.profile)),
@@ -238,7 +236,7 @@ impl Widget for SessionsPanel<'_> {
             .header(header)
             .column_spacing(SPACING)
             .row_highlight_style(selected_style());
-        let mut state = TableState::default().with_selected(selected_row);
+        let mut state = TableState::default().with_selected(self.selected);
         StatefulWidget::render(table, inner, buf, &mut state);
     }
 }
@@ -247,7 +245,9 @@ impl Widget for SessionsPanel<'_> {
 fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: &mut Buffer) {
     let width = usize::from(area.width);
     let mut lines = Vec::new();
-    for (i, r) in rows.iter().enumerate() {
+    // The selection counts domains and their hosted sessions, as drawn.
+    let mut entry = 0;
+    for r in rows {
         let runtime = runtime_span(r);
         let sessions = match r.sessions {
             1 => "1 session".to_string(),
@@ -275,14 +275,15 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
             ),
             Style::new().fg(Color::DarkGray),
         ));
-        if selected == Some(i) {
+        if selected == Some(entry) {
             first = first.style(selected_style());
             second = second.style(selected_style());
         }
+        entry += 1;
         lines.push(first);
         lines.push(second);
         for h in &r.hosted {
-            lines.push(Line::from(vec![
+            let mut line = Line::from(vec![
                 Span::raw(format!("  #{} ", h.id)),
                 h.state(),
                 Span::styled(
@@ -292,7 +293,12 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
                     ),
                     Style::new().fg(Color::DarkGray),
                 ),
-            ]));
+            ]);
+            if selected == Some(entry) {
+                line = line.style(selected_style());
+            }
+            entry += 1;
+            lines.push(line);
         }
     }
     Paragraph::new(lines).render(area, buf);

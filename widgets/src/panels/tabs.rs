@@ -69,12 +69,12 @@ fn tab_spans(i: usize, tab: &TabInfo, selected: bool) -> (Vec<Span<'static>>, us
     (spans, width)
 }
 
-impl Widget for TabBar<'_> {
-    fn render(self, area: Rect, buf: &mut Buffer) {
-        let area = area.intersection(buf.area);
-        if area.is_empty() {
-            return;
-        }
+impl TabBar<'_> {
+    /// Each tab's spans and width, and the first one shown: tabs are
+    /// skipped from the left until the selected one fits ("…" says some
+    /// are hidden).
+    #[allow(clippy::type_complexity)]
+    fn placed(&self, width: usize) -> (Vec<(Vec<Span<'static>>, usize)>, usize) {
         let selected = self.selected.min(self.tabs.len().saturating_sub(1));
         let tabs: Vec<_> = self
             .tabs
@@ -82,9 +82,6 @@ impl Widget for TabBar<'_> {
             .enumerate()
             .map(|(i, t)| tab_spans(i, t, i == selected))
             .collect();
-        // Skip tabs from the left until the selected one fits; "…" says
-        // some are hidden.
-        let width = usize::from(area.width);
         let mut first = 0;
         let fits = |first: usize| {
             let lead = usize::from(first > 0);
@@ -97,6 +94,34 @@ impl Widget for TabBar<'_> {
         while first < selected && !fits(first) {
             first += 1;
         }
+        (tabs, first)
+    }
+
+    /// The tab drawn at `column` of `area` (a mouse click), if any.
+    pub fn tab_at(&self, area: Rect, column: u16) -> Option<usize> {
+        if self.tabs.is_empty() || column < area.x {
+            return None;
+        }
+        let (tabs, first) = self.placed(usize::from(area.width));
+        let mut x = usize::from(area.x) + usize::from(first > 0);
+        let column = usize::from(column);
+        for (i, (_, w)) in tabs.iter().enumerate().skip(first) {
+            if column >= x && column < x + w {
+                return Some(i);
+            }
+            x += w + 1;
+        }
+        None
+    }
+}
+
+impl Widget for TabBar<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let area = area.intersection(buf.area);
+        if area.is_empty() || self.tabs.is_empty() {
+            return;
+        }
+        let (tabs, first) = self.placed(usize::from(area.width));
         let mut spans = Vec::new();
         if first > 0 {
             spans.push(Span::styled("…", Style::new().fg(Color::DarkGray)));
