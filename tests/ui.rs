@@ -607,3 +607,64 @@ fn a_failed_certificate_renewal_shows_in_the_workbench() {
     t.wait_exit(30, "lazaret ui");
     d.wait_until_gone();
 }
+
+/// Issue 29: the dashboard at a glance. Three tabs in two domains; a
+/// request raised in a background tab is marked in the tab bar (`!1`) and
+/// in the sessions panel (`WAITING 1`); prefix `!` opens it; approving
+/// clears both marks, and it ran once.
+#[test]
+fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
+    let d = Domain::new("gv");
+    let _ = d.other("gvd");
+    let count = d.ws().join("h29-count");
+    let t = start_ui(&d, 180, 45);
+    t.wait_for(120, "the first shell", |s| s.contains("root@"));
+    t.send(&["C-a", "|"]);
+    t.wait_for(20, "the dashboard", |s| {
+        s.contains("Sessions ·") && s.contains("Network") && s.contains("Escalations ·")
+    });
+    // A second tab in this domain, a third in another.
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
+    t.send(&["Enter"]);
+    t.wait_for(60, "the second tab's shell", |s| {
+        s.contains("2:gv-2") && s.contains("root@")
+    });
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));
+    for _ in 0..10 {
+        if t.screen().contains("› gvd") {
+            break;
+        }
+        t.send(&["Down"]);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    t.wait_for(5, "profile gvd picked", |s| s.contains("› gvd"));
+    t.send(&["Enter"]);
+    t.wait_for(120, "the third tab's shell, in domain gvd", |s| {
+        s.contains("3:gvd") && s.contains("root@") && s.contains("2 domains")
+    });
+    // Tab 1 asks in a moment, while tab 3 has the focus.
+    t.send(&["C-a", "1"]);
+    t.line(&format!(
+        "clear; (sleep 3; {ESC} --justify h29-bg 'echo once >> {}'; echo H29=$?) &",
+        count.display()
+    ));
+    t.send(&["C-a", "3"]);
+    let s = t.wait_for(30, "the marks of the waiting request", |s| {
+        s.contains("1:gv  !1") && s.contains("WAITING 1") && s.contains("1 waiting")
+    });
+    assert!(
+        !modal_with(&s, "h29-bg"),
+        "the modal waits in its tab:\n{s}"
+    );
+    t.send(&["C-a", "!"]);
+    t.wait_for(20, "the request, in tab 1", |s| modal_with(s, "h29-bg"));
+    t.send(&["a"]);
+    t.wait_for(30, "the marks cleared", |s| {
+        s.contains("H29=0") && !s.contains("!1") && !s.contains("WAITING")
+    });
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "once\n");
+    t.quit_ending_sessions();
+    t.wait_exit(60, "lazaret ui");
+}
