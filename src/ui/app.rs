@@ -297,6 +297,7 @@ impl App {
         }
         self.tabs.push(tab);
         self.focus = self.tabs.len() - 1;
+        self.panel_focus = None;
         self.dirty = true;
     }
 

@@ -268,6 +268,8 @@ impl App {
         let before = self.focus;
         self.command_key(key, n);
         if self.focus != before {
+            // Going to a tab is going to its shell.
+            self.panel_focus = None;
             if self.shows(Panel::Audit)
                 && let Some(t) = self.tabs.get(self.focus)
             {
