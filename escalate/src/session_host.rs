@@ -428,6 +428,32 @@ fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
     }
 }
 
+/// A PTY's two ends.
+struct Pty {
+    master: OwnedFd,
+    slave: OwnedFd,
+}
+
+/// Opens a PTY of this size with both ends close-on-exec from the start:
+/// openpty(3) leaves them inheritable, and a session started before the
+/// flag was set would hold this one's master (its keys and screen) and
+/// its terminal (so its end would not be seen until the other's).
+fn open_pty(rows: u16, cols: u16) -> nix::Result<Pty> {
+    use nix::fcntl::OFlag;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let name = nix::pty::ptsname_r(&master)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let master = OwnedFd::from(master);
+    set_size(&master, rows, cols);
+    Ok(Pty { master, slave })
+}
+
 /// Why a session did not start.
 enum Failed {
     /// Its program could not be run: why, and the exit code a shell gives.
@@ -448,24 +474,8 @@ fn start(
     let Some((program, args)) = spawn.argv.split_first() else {
         return Err(Failed::Refused("no command".into()));
     };
-    let ws = nix::pty::Winsize {
-        ws_row: spawn.rows.max(1),
-        ws_col: spawn.cols.max(1),
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    let pty = nix::pty::openpty(Some(&ws), None)
+    let pty = open_pty(spawn.rows.max(1), spawn.cols.max(1))
         .map_err(|e| Failed::Refused(format!("cannot open a PTY: {e}")))?;
-    // openpty(3) leaves both ends inheritable: every later session's
-    // processes would hold this one's master (its keys and screen) and its
-    // terminal (so its end would not be seen until theirs).
-    for fd in [&pty.master, &pty.slave] {
-        nix::fcntl::fcntl(
-            fd,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )
-        .map_err(|e| Failed::Refused(format!("cannot keep the PTY to this session: {e}")))?;
-    }
     let stdio = |fd: &OwnedFd| -> Result<Stdio, Failed> {
         Ok(Stdio::from(fd.try_clone().map_err(|e| {
             Failed::Refused(format!("cannot share the PTY: {e}"))
@@ -665,9 +675,9 @@ mod tests {
     fn spares_are_hung_up_not_announced_after_a_reconnection() {
         let (_dir, listener, mut conn) = greeted_host();
         for (id, script, spare) in [
-            (1, "exec sleep 60", false),
-            (2, "exec sleep 60", true),
-            (3, "exec sleep 60", true),
+            (1, "exec sleep 600", false),
+            (2, "exec sleep 600", true),
+            (3, "exec sleep 600", true),
         ] {
             conn.write_all(&spawn_frame(id, script, spare)).unwrap();
             let f = read_frame(&mut conn).unwrap().unwrap();
@@ -694,6 +704,7 @@ mod tests {
                 break f;
             }
         };
+        // Nothing else ended meanwhile: the first exit is the spare's.
         assert_eq!((exited.kind, exited.session), (kind::EXITED, 2));
         let code = i32::from_be_bytes(exited.payload[..4].try_into().unwrap());
         assert_eq!(code, -(nix::sys::signal::Signal::SIGHUP as i32), "hung up");
@@ -721,7 +732,7 @@ mod tests {
             .unwrap();
         conn.write_all(&spawn_frame(
             2,
-            "echo fds: $(readlink /proc/$$/fd/*); exec sleep 60",
+            "echo fds: $(readlink /proc/$$/fd/*); exec sleep 600",
             false,
         ))
         .unwrap();

@@ -908,7 +908,7 @@ impl App {
                 prompt, asked_by, ..
             } => {
                 let id = prompt.request_id.clone();
-                let held = self.seen.iter().any(|s| s.id == id)
+                let held = self.inboxed.iter().any(|i| i.prompt.request_id == id)
                     || self
                         .tabs
                         .iter()
@@ -916,14 +916,26 @@ impl App {
                 if held {
                     return;
                 }
-                self.seen.push(Seen {
-                    id,
-                    tab: format!("{asked_by} · {label}"),
-                    arrived: Instant::now(),
-                    command: prompt.command.clone(),
-                    status: EscalationStatus::Pending,
-                    copies: 0,
-                });
+                let tab = format!("{asked_by} · {label}");
+                match self.seen.iter_mut().find(|s| s.id == id) {
+                    // Listed before its domain's watch was lost and made
+                    // again: it waits once more.
+                    Some(seen) if matches!(&seen.status, EscalationStatus::Denied { reason: Some(r) } if r.starts_with("withdrawn")) =>
+                    {
+                        seen.status = EscalationStatus::Pending;
+                        seen.tab = tab;
+                    }
+                    // Answered here already.
+                    Some(_) => return,
+                    None => self.seen.push(Seen {
+                        id,
+                        tab,
+                        arrived: Instant::now(),
+                        command: prompt.command.clone(),
+                        status: EscalationStatus::Pending,
+                        copies: 0,
+                    }),
+                }
                 // The key first: the line may be cut at the right.
                 self.message = Some(format!(
                     "{} ! to answer: {asked_by} of {label} asks for a host command",
