@@ -179,10 +179,7 @@ fn one_inbox(profile: &'static str, other: &'static str) {
         s.contains("C-a ! to answer: exec")
     });
     assert!(!count.exists(), "it ran before anyone answered");
-    ui.send(&["C-a", "!"]);
-    let s = ui.wait_for(20, "the other domain's request", |s| {
-        modal_with(s, "h28-inbox")
-    });
+    let s = common::open_request_by_bang(&ui, "h28-inbox");
     assert!(s.contains("not a tab here"), "who asked is named:\n{s}");
     ui.send(&["a"]);
     let s = exec.wait_for(30, "the request's end", |s| s.contains("ESC=0"));

@@ -592,3 +592,44 @@ pub const CLEAN_MODES: &str = "mouse=0000 cursor=1 alt=0";
 /// After the program in the pane: show its exit code, then read the
 /// terminal's input for a second and show every byte that arrived.
 pub const AFTER_INPUT_CHECK: &str = "echo EXIT=$?; stty -icanon -echo min 0 time 10; head -c 300 | od -An -c | sed 's/^/INPUT:/'; echo INPUT-END; sleep 120";
+
+/// Prefix `!` until the approval modal of `why` shows: the approval inbox
+/// spans every domain of the test user, and other tests' requests may be
+/// older than this one (each press puts the next oldest in front).
+pub fn open_request_by_bang(t: &Tmux, why: &str) -> String {
+    for _ in 0..8 {
+        t.send(&["C-a", "!"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let s = t.screen();
+            if modal_with(&s, why) {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    panic!("no modal of {why} after prefix !:\n{}", t.screen());
+}
+
+/// The rows of the sessions panel from domain `hash`'s row to the next
+/// domain's (the whole screen rows: the pane is on their left).
+pub fn domain_rows(screen: &str, hash: &str) -> String {
+    let is_domain = |l: &str| {
+        l.split(|c: char| !c.is_ascii_hexdigit())
+            .any(|w| w.len() == 12)
+    };
+    let mut out = String::new();
+    let mut inside = false;
+    for line in screen.lines() {
+        if line.contains(hash) {
+            inside = true;
+        } else if inside && is_domain(line) {
+            break;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
