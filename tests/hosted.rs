@@ -260,14 +260,7 @@ fn the_agent_against_hosting(profile: &'static str) {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let t = d.tmux(
-        100,
-        30,
-        &format!("attach --new -p {profile}"),
-        Some(AFTER_INPUT_CHECK),
-    );
-    t.tmux(&["set", "-g", "set-clipboard", "on"]);
-    let title = t.format("#{pane_title}");
+    let (t, title) = watched_client(&d, &format!("attach --new -p {profile}"));
     t.wait_for(120, "the session's prompt despite the crowd", |s| {
         s.contains("root@")
     });
@@ -284,14 +277,7 @@ fn the_agent_against_hosting(profile: &'static str) {
     let listed = sessions(&d);
     assert_eq!(listed.len(), 1, "{listed:?}");
     let n = listed[0]["id"].as_u64().unwrap();
-    let t = d.tmux(
-        100,
-        30,
-        &format!("attach -p {profile} {n}"),
-        Some(AFTER_INPUT_CHECK),
-    );
-    t.tmux(&["set", "-g", "set-clipboard", "on"]);
-    let title = t.format("#{pane_title}");
+    let (t, title) = watched_client(&d, &format!("attach -p {profile} {n}"));
     t.wait_for(30, "the screen the agent left", |s| {
         s.contains("ALT-SCREEN-42")
     });
@@ -300,6 +286,15 @@ fn the_agent_against_hosting(profile: &'static str) {
     assert!(crowd() > during, "the crowd kept at it meanwhile");
     let _ = holder.kill();
     let _ = holder.wait();
+}
+
+/// `lazaret ARGS` in a terminal that lets programs set its clipboard, then
+/// checks what reached its input; and the terminal's own title.
+fn watched_client(d: &Domain, args: &str) -> (Tmux, String) {
+    let t = d.tmux(100, 30, args, Some(AFTER_INPUT_CHECK));
+    t.tmux(&["set", "-g", "set-clipboard", "on"]);
+    let title = t.format("#{pane_title}");
+    (t, title)
 }
 
 /// While a client runs: the outer terminal's title is its own and nothing

@@ -136,9 +136,6 @@ pub struct App {
     /// The selected row of each panel (sessions: domains and their hosted
     /// sessions, in the order drawn).
     selected: std::collections::HashMap<Panel, usize>,
-    /// When the network table was last asked for (read again on a focus
-    /// change and after a live change, never on a timer).
-    network_read: Option<Instant>,
     /// When an open panel is read again.
     next_refresh: Option<Instant>,
     /// When to draw again though nothing changed (a modal arming).
@@ -225,7 +222,6 @@ impl App {
             zoom: false,
             panel_focus: None,
             selected: std::collections::HashMap::new(),
-            network_read: None,
             next_refresh: None,
             redraw_at: None,
             shown_modal: None,
@@ -330,7 +326,6 @@ impl App {
             self.focus = self.tabs.len() - 1;
         }
         self.dirty = true;
-        self.refresh_domains();
     }
 
     /// Hosted sessions the tabs show that still run (they outlive the UI).
@@ -352,27 +347,6 @@ impl App {
             t.close();
         }
         self.tabs.clear();
-    }
-
-    /// Reads every domain's status once (the workbench has them from the
-    /// inbox's events instead).
-    fn refresh_domains(&self) {
-        if !self.shows(Panel::Sessions) || self.inbox.is_some() {
-            return;
-        }
-        let tx = self.tx.clone();
-        let sockets = crate::client::session::sockets(&self.launcher.rundir);
-        self.rt.spawn(async move {
-            let mut domains = Vec::new();
-            for socket in sockets {
-                if let Ok(mut c) = crate::client::session::query(&socket).await
-                    && let Ok(CoordMsg::Status { domain }) = c.call(&ClientMsg::Status).await
-                {
-                    domains.push(domain);
-                }
-            }
-            let _ = tx.send(Ev::Domains(domains));
-        });
     }
 
     fn set_status(&mut self, id: &str, status: EscalationStatus) {
@@ -446,10 +420,7 @@ impl App {
     /// timer, while a request waits.
     fn refresh_panel(&mut self) {
         self.next_refresh = None;
-        if self.shows(Panel::Sessions) && self.inbox.is_none() {
-            self.refresh_domains();
-        }
-        if self.shows(Panel::Network) && self.network_read.is_none() {
+        if self.shows(Panel::Network) && !self.network_shown_is_focused() {
             self.refresh_network(None);
         }
         if self.shows(Panel::Escalations)
@@ -479,7 +450,6 @@ impl App {
         }
         let launch = tab.launch.clone();
         let tx = self.tx.clone();
-        self.network_read = Some(Instant::now());
         self.rt.spawn_blocking(move || {
             let hash = launch.ctx.anchor.hash().to_string();
             let result = super::network_table(&launch, change.clone());
@@ -587,7 +557,6 @@ impl App {
                     }
                 }
                 self.dirty = true;
-                self.refresh_domains();
                 self.domain_up(id);
             }
             Ev::Hosted(id, domain, _session) => {
@@ -596,7 +565,6 @@ impl App {
                     t.phase = Phase::Running;
                 }
                 self.dirty = true;
-                self.refresh_domains();
                 self.domain_up(id);
             }
             Ev::Failed(id, why) => {
@@ -650,10 +618,6 @@ impl App {
                 {
                     t.progress("lazaret: the Session Coordinator closed this session");
                 }
-                self.dirty = true;
-            }
-            Ev::Domains(domains) => {
-                self.domains = domains;
                 self.dirty = true;
             }
             Ev::Network(hash, change, result) => {
@@ -881,14 +845,20 @@ impl App {
     /// tab's table reads it now.
     fn domain_up(&mut self, id: u64) {
         let focused = self.tabs.get(self.focus).is_some_and(|t| t.id == id);
-        let hash = self
-            .tabs
-            .get(self.focus)
-            .map(|t| t.launch.ctx.anchor.hash().to_string());
-        let shown = self.network.as_ref().map(|(h, _)| h.clone());
-        if focused && shown != hash {
+        if focused && !self.network_shown_is_focused() {
             self.refresh_network(None);
         }
+    }
+
+    /// Whether the network table at hand is the focused tab's domain's
+    /// (the panel reads one on a focus change and after each live change,
+    /// never on a timer).
+    fn network_shown_is_focused(&self) -> bool {
+        let focused = self
+            .tabs
+            .get(self.focus)
+            .map(|t| t.launch.ctx.anchor.hash());
+        self.network.as_ref().map(|(h, _)| h.as_str()) == focused && focused.is_some()
     }
 
     /// The human changed the layout: drawn at once, kept for next time.

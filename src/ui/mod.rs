@@ -54,8 +54,6 @@ pub enum Ev {
     CoordinatorLost(u64),
     /// The tab is attached, as the same session, to a new coordinator.
     Reconnected(u64),
-    /// Every running domain of this user (the sessions panel).
-    Domains(Vec<DomainStatus>),
     /// The live table of a domain (by hash), read after `change` if any.
     Network(
         String,
