@@ -487,11 +487,22 @@ fn start(
         .stdin(stdio(&pty.slave)?)
         .stdout(stdio(&pty.slave)?)
         .stderr(stdio(&pty.slave)?);
-    // SAFETY: between fork and exec the child makes two system calls,
-    // both async-signal-safe.
+    // SAFETY: between fork and exec the child makes only async-signal-safe
+    // system calls (signal, setsid, ioctl).
     #[allow(unsafe_code)]
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            // A terminal's command starts with every signal at its
+            // default, however the host was started: an ignored signal
+            // survives exec, and a host whose parent ignored SIGHUP or
+            // SIGINT (`nohup`, a shell's background job) would hand that
+            // on, so a hang-up would not end a session, nor Ctrl-C its
+            // command. (std resets the signal mask itself.)
+            for sig in 1..=64 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             if libc::ioctl(0, libc::TIOCSCTTY as _, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
