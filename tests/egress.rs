@@ -351,6 +351,61 @@ fn egress(profile: &'static str, runtime: &str) {
         assert_eq!(out.lines().count(), 50, "{out}");
         assert!(slow.is_empty(), "{target}: not refused at once: {slow:?}");
     }
+
+    // Every refusal is counted, and only refusals: the table's counters
+    // (read from the kernel through `net show`) grow by one for one
+    // refused connect, not for twenty allowed ones, nor for a lookup.
+    let counted = || -> u64 {
+        let out = d
+            .cmd(common::STANDARD_PATH, &["net", "show", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["router"]["refused_packets"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no refused_packets in {report}"))
+    };
+    let before = counted();
+    assert!(before >= 100, "the 100 refused connects above: {before}");
+    let (code, out, err) = d.sh(&format!(
+        "for i in $(seq 20); do /workspace/netprobe tcp '{ALLOWED}:80' plain; done; \
+         getent ahostsv4 mixed.lazaret.test; /workspace/netprobe tcp '{DENIED}:80' plain"
+    ));
+    assert_eq!(code, 0, "{err}");
+    let connected = out.lines().filter(|l| l.starts_with("connected")).count();
+    assert_eq!(connected, 20, "{out}");
+    assert_eq!(counted(), before + 1, "{out}");
+    // A refused name counts too, and the coordinator learns the total from
+    // the sidecar's log without asking: `status` (what the workbench's
+    // sessions panel shows) reaches at least both within seconds.
+    let (_, out, _) = d.sh("getent hosts refused-name.lazaret.test; echo LOOKED=$?");
+    assert!(
+        !out.contains("LOOKED=0"),
+        "the refused name resolved: {out}"
+    );
+    assert_eq!(tn.asked("refused-name.lazaret.test"), 0);
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let told = d
+            .status()
+            .and_then(|s| s["egress_refused"].as_u64())
+            .unwrap_or(0);
+        if told >= before + 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status says {told} refusals, the table counted {} and a name",
+            before + 1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
     let mut holder = holder;
     let _ = holder.kill();
     let _ = holder.wait();

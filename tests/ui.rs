@@ -668,6 +668,25 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
             && !common::domain_rows(s, &d.hash).contains("WAITING")
     });
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "once\n");
+
+    // Refusals the human has not seen: domain gv is refused three times
+    // while tab 3 (domain gvd) has the focus; going to a gv tab, its
+    // network table is on screen and they count as seen. (Whether a shell
+    // runs a command is not known under gVisor, which refuses a terminal's
+    // foreground to a process outside its session: the Session Host's own
+    // test covers it.)
+    t.send(&["C-a", "2"]);
+    t.line(
+        "clear; (sleep 2; for i in 1 2 3; do (exec 3<>/dev/tcp/10.0.2.2/9) 2>/dev/null; done) &",
+    );
+    t.send(&["C-a", "3"]);
+    t.wait_for(30, "gv's new refusals marked", |s| {
+        common::domain_rows(s, &d.hash).contains(" new")
+    });
+    t.send(&["C-a", "1"]);
+    t.wait_for(30, "gv's refusals seen", |s| {
+        s.contains("root@") && !common::domain_rows(s, &d.hash).contains(" new")
+    });
     t.quit_ending_sessions();
     t.wait_exit(60, "lazaret ui");
 }

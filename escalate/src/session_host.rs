@@ -17,7 +17,9 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +49,10 @@ pub mod kind {
     /// After HELLO on a reconnection: a session that runs. Payload: JSON
     /// [`Live`].
     pub const LIVE: u8 = 6;
+    /// Payload: u8, 1 when another process group than the session's own
+    /// holds its terminal's foreground (its shell runs a command), 0 when
+    /// its own does (the shell waits at its prompt). Sent when it changes.
+    pub const FOREGROUND: u8 = 7;
     /// Payload: JSON [`Spawn`].
     pub const SPAWN: u8 = 16;
     /// Payload: bytes for the session's PTY.
@@ -93,11 +99,11 @@ pub struct Live {
 /// How long a new host keeps connecting while its coordinator has said
 /// nothing yet (the agent can crowd the socket and push a connection out
 /// before its greeting is read).
-pub const FIRST_CONTACT: std::time::Duration = std::time::Duration::from_secs(15);
+pub const FIRST_CONTACT: Duration = Duration::from_secs(15);
 
 /// How long the host waits for a coordinator after its connection ended,
 /// while sessions run (a coordinator that died is replaced within this).
-pub const RECONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+pub const RECONNECT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// One frame, without its length.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,7 +215,12 @@ const INPUT_QUEUE: usize = 256;
 pub fn run(socket: &str, token: &str) -> Result<(), String> {
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
     let writer: Writer = Arc::default();
-    let started = std::time::Instant::now();
+    let (poke, pokes) = std::sync::mpsc::channel();
+    {
+        let (writer, sessions) = (writer.clone(), sessions.clone());
+        std::thread::spawn(move || watch_foreground(&pokes, &writer, &sessions));
+    }
+    let started = Instant::now();
     // Until the coordinator has said anything, a closed connection may be
     // the agent's crowd of connections pushing this one out: try again.
     let mut heard = false;
@@ -248,10 +259,12 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
                 let body = serde_json::to_vec(&live).map_err(std::io::Error::other)?;
                 send(&writer, &Frame::new(kind::LIVE, id, body))?;
             }
+            // The new coordinator learns each session's foreground afresh.
+            let _ = poke.send(Poke::Retell);
             Ok(())
         })();
         let ended = match greeted {
-            Ok(()) => serve(stream, &writer, &sessions, &mut heard),
+            Ok(()) => serve(stream, &writer, &sessions, &poke, &mut heard),
             Err(e) => Err(format!("cannot greet the coordinator: {e}")),
         };
         if let Ok(mut w) = writer.lock() {
@@ -259,7 +272,7 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
         }
         if !heard && started.elapsed() < FIRST_CONTACT {
             first = true;
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(100));
             continue;
         }
         if let Err(e) = &ended
@@ -311,16 +324,16 @@ fn connect(
     first: bool,
     sessions: &Mutex<HashMap<u32, Session>>,
 ) -> Result<UnixStream, String> {
-    let deadline = std::time::Instant::now() + RECONNECT_DEADLINE;
+    let deadline = Instant::now() + RECONNECT_DEADLINE;
     loop {
         match UnixStream::connect(socket) {
             Ok(s) => return Ok(s),
             Err(e) if first => return Err(format!("cannot connect to {socket}: {e}")),
             Err(e) => {
-                if std::time::Instant::now() > deadline || first_failure_is_final(sessions) {
+                if Instant::now() > deadline || first_failure_is_final(sessions) {
                     return Err(format!("no coordinator came back at {socket}: {e}"));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(200));
             }
         }
     }
@@ -331,6 +344,7 @@ fn serve(
     mut reader: UnixStream,
     writer: &Writer,
     sessions: &Arc<Mutex<HashMap<u32, Session>>>,
+    poke: &Sender<Poke>,
     heard: &mut bool,
 ) -> Result<(), String> {
     loop {
@@ -351,7 +365,7 @@ fn serve(
                     Ok(_) if sessions.lock().is_ok_and(|s| s.contains_key(&id)) => {
                         Err(Failed::Refused(format!("session {id} exists")))
                     }
-                    Ok(spawn) => start(id, &spawn, writer, sessions),
+                    Ok(spawn) => start(id, &spawn, writer, sessions, poke),
                 };
                 let replies = match answer {
                     Ok(pid) => vec![Frame::new(kind::SPAWNED, id, pid.to_be_bytes())],
@@ -378,6 +392,7 @@ fn serve(
                     .and_then(|s| s.get(&frame.session).map(|s| s.input.clone()))
                 {
                     let _ = tx.try_send(frame.payload);
+                    let _ = poke.send(Poke::Session(frame.session));
                 }
             }
             kind::RESIZE if frame.payload.len() == 4 => {
@@ -410,6 +425,83 @@ fn serve(
             }
             _ => {}
         }
+    }
+}
+
+/// News for the foreground watcher.
+enum Poke {
+    /// The session had input or output: its foreground may have changed.
+    Session(u32),
+    /// A new coordinator: tell it every session's foreground again.
+    Retell,
+}
+
+/// When a session's foreground is looked at after its input or output:
+/// soon, and once more (a shell hands a command the terminal a moment
+/// after echoing the key that started it, and the command may print
+/// nothing).
+const FOREGROUND_CHECKS: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(400)];
+
+/// Tells the coordinator ([`kind::FOREGROUND`]) whether each session's
+/// shell runs a command or waits at its prompt: looked at only after the
+/// session's input or output (a terminal says nothing when its foreground
+/// changes), so an idle host makes no calls.
+fn watch_foreground(
+    pokes: &Receiver<Poke>,
+    writer: &Writer,
+    sessions: &Mutex<HashMap<u32, Session>>,
+) {
+    // Due checks per session (a poke while some are due adds none: output
+    // that never stops still gets looked at), and what was told.
+    let mut due: HashMap<u32, Vec<Instant>> = HashMap::new();
+    let mut told: HashMap<u32, bool> = HashMap::new();
+    loop {
+        let next = due.values().flatten().min().copied();
+        let poke = match next {
+            None => pokes.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(at) => pokes.recv_timeout(at.saturating_duration_since(Instant::now())),
+        };
+        let now = Instant::now();
+        match poke {
+            Ok(Poke::Session(id)) => {
+                due.entry(id)
+                    .or_insert_with(|| FOREGROUND_CHECKS.iter().map(|d| now + *d).collect());
+            }
+            Ok(Poke::Retell) => {
+                told.clear();
+                if let Ok(all) = sessions.lock() {
+                    for id in all.keys() {
+                        due.entry(*id).or_insert_with(|| vec![now]);
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        for (id, times) in due.iter_mut() {
+            if !times.iter().any(|t| *t <= now) {
+                continue;
+            }
+            times.retain(|t| *t > now);
+            let busy = sessions.lock().ok().and_then(|all| {
+                let s = all.get(id)?;
+                let fg = nix::unistd::tcgetpgrp(&*s.master).ok()?;
+                Some(fg.as_raw() != s.pid as i32)
+            });
+            match busy {
+                Some(busy) if told.get(id) != Some(&busy) => {
+                    if send(writer, &Frame::new(kind::FOREGROUND, *id, [busy as u8])).is_ok() {
+                        told.insert(*id, busy);
+                    }
+                }
+                Some(_) => {}
+                // Ended: forget it.
+                None => {
+                    told.remove(id);
+                }
+            }
+        }
+        due.retain(|_, times| !times.is_empty());
     }
 }
 
@@ -470,6 +562,7 @@ fn start(
     spawn: &Spawn,
     writer: &Writer,
     sessions: &Arc<Mutex<HashMap<u32, Session>>>,
+    poke: &Sender<Poke>,
 ) -> Result<u32, Failed> {
     let Some((program, args)) = spawn.argv.split_first() else {
         return Err(Failed::Refused("no command".into()));
@@ -555,7 +648,8 @@ fn start(
                 spare: spawn.spare,
             },
         );
-    let (writer, sessions) = (writer.clone(), sessions.clone());
+    let (writer, sessions, poke) = (writer.clone(), sessions.clone(), poke.clone());
+    let _ = poke.send(Poke::Session(id));
     std::thread::spawn(move || {
         let mut buf = vec![0u8; CHUNK];
         loop {
@@ -565,6 +659,7 @@ fn start(
                     // Without a coordinator the bytes are dropped: the
                     // session must not stop for want of a reader.
                     let _ = send(&writer, &Frame::new(kind::OUTPUT, id, &buf[..n]));
+                    let _ = poke.send(Poke::Session(id));
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 // EIO: every holder of the PTY's other end has gone.
@@ -635,6 +730,7 @@ mod tests {
             match f.kind {
                 kind::OUTPUT => out.extend_from_slice(&f.payload),
                 kind::EXITED => break i32::from_be_bytes(f.payload[..4].try_into().unwrap()),
+                kind::FOREGROUND => {}
                 k => panic!("unexpected frame {k}"),
             }
             if !sent && String::from_utf8_lossy(&out).contains("30 100") {
@@ -668,6 +764,16 @@ mod tests {
         (dir, listener, conn)
     }
 
+    /// The next frame that is not news of a foreground.
+    fn next_frame(conn: &mut UnixStream) -> Frame {
+        loop {
+            let f = read_frame(conn).unwrap().unwrap();
+            if f.kind != kind::FOREGROUND {
+                return f;
+            }
+        }
+    }
+
     fn spawn_frame(id: u32, script: &str, spare: bool) -> Vec<u8> {
         let spawn = Spawn {
             argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
@@ -691,7 +797,7 @@ mod tests {
             (3, "exec sleep 600", true),
         ] {
             conn.write_all(&spawn_frame(id, script, spare)).unwrap();
-            let f = read_frame(&mut conn).unwrap().unwrap();
+            let f = next_frame(&mut conn);
             assert_eq!((f.kind, f.session), (kind::SPAWNED, id));
         }
         conn.write_all(&Frame::new(kind::CLAIM, 3, Vec::new()).encode())
@@ -702,7 +808,7 @@ mod tests {
         assert_eq!(read_frame(&mut conn).unwrap().unwrap().kind, kind::HELLO);
         let mut live = Vec::new();
         for _ in 0..2 {
-            let f = read_frame(&mut conn).unwrap().unwrap();
+            let f = next_frame(&mut conn);
             assert_eq!(f.kind, kind::LIVE, "{f:?}");
             live.push(f.session);
         }
@@ -710,7 +816,7 @@ mod tests {
         assert_eq!(live, vec![1, 3]);
         // The spare's exit follows (its id unknown to this coordinator).
         let exited = loop {
-            let f = read_frame(&mut conn).unwrap().unwrap();
+            let f = next_frame(&mut conn);
             if f.kind != kind::OUTPUT {
                 break f;
             }
@@ -782,6 +888,57 @@ mod tests {
         assert!(!fds.contains("ptmx"), "no PTY master: {fds}");
         let hup = (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes();
         conn.write_all(&Frame::new(kind::SIGNAL, 2, hup).encode())
+            .unwrap();
+    }
+
+    /// An interactive shell is told idle at its prompt, busy while a
+    /// command it started holds the terminal (which printed nothing), and
+    /// idle again when the command ends; a new coordinator is told afresh.
+    #[test]
+    fn a_shell_is_told_busy_while_its_command_runs_and_idle_at_its_prompt() {
+        let (_dir, listener, mut conn) = greeted_host();
+        let spawn = Spawn {
+            argv: vec![
+                "bash".into(),
+                "--norc".into(),
+                "--noprofile".into(),
+                "-i".into(),
+            ],
+            env: vec![("PS1".into(), "ready$ ".into())],
+            rows: 24,
+            cols: 80,
+            spare: false,
+        };
+        conn.write_all(&Frame::new(kind::SPAWN, 1, serde_json::to_vec(&spawn).unwrap()).encode())
+            .unwrap();
+        // Reads until the session's foreground is told as `busy`.
+        let told = |conn: &mut UnixStream, busy: bool| loop {
+            let f = read_frame(conn).unwrap().unwrap();
+            assert_ne!(f.kind, kind::EXITED, "{f:?}");
+            if f.kind == kind::FOREGROUND {
+                assert_eq!(f.session, 1);
+                if f.payload == [busy as u8] {
+                    return;
+                }
+            }
+        };
+        told(&mut conn, false);
+        conn.write_all(&Frame::new(kind::INPUT, 1, b"sleep 600\n".to_vec()).encode())
+            .unwrap();
+        told(&mut conn, true);
+        // Ctrl-C ends the command; the shell has the terminal again.
+        conn.write_all(&Frame::new(kind::INPUT, 1, b"\x03".to_vec()).encode())
+            .unwrap();
+        told(&mut conn, false);
+        conn.write_all(&Frame::new(kind::INPUT, 1, b"sleep 600\n".to_vec()).encode())
+            .unwrap();
+        told(&mut conn, true);
+        drop(conn);
+        let (mut conn, _) = listener.accept().unwrap();
+        assert_eq!(read_frame(&mut conn).unwrap().unwrap().kind, kind::HELLO);
+        told(&mut conn, true);
+        let hup = (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes();
+        conn.write_all(&Frame::new(kind::SIGNAL, 1, hup).encode())
             .unwrap();
     }
 }

@@ -14,7 +14,9 @@ use ipnet::IpNet;
 use lazaret_sidecar::control::{Request, Response};
 use lazaret_sidecar::names::{NameLog, now_unix};
 use lazaret_sidecar::policy::{NameRoute, Policy, Verdict};
-use lazaret_sidecar::report::{FailedLookup, NameEntry, RefusedName, TableReport};
+use lazaret_sidecar::report::{
+    FailedLookup, NameEntry, REFUSALS_INTERVAL, Refusals, RefusedName, TableReport,
+};
 use nix::sys::signal::SigSet;
 
 use crate::error::{Context, Error, Result};
@@ -375,17 +377,34 @@ pub fn run(
     for addr in &settings.resolver {
         crate::resolver::start(*addr, shared.clone())?;
     }
+    print_report(&report, json)?;
     {
+        let link = settings.link;
         std::thread::spawn(move || {
+            let mut told = Refusals::default();
+            let mut counted = Instant::now();
             loop {
                 std::thread::sleep(Duration::from_millis(500));
                 if let Err(e) = lock(&shared).expire() {
                     eprintln!("lazaret-sidecar: cannot close expired name rules: {e}");
                 }
+                if json && counted.elapsed() >= REFUSALS_INTERVAL {
+                    counted = Instant::now();
+                    // The names under the lock, the kernel's counters
+                    // outside it (the resolver waits on the lock).
+                    let refused_names = lock(&shared).refused.total();
+                    let refused_packets = if link { table_refusals() } else { 0 };
+                    let now = Refusals {
+                        refused_packets,
+                        refused_names,
+                    };
+                    if now != told && print_refusals(&now).is_ok() {
+                        told = now;
+                    }
+                }
             }
         });
     }
-    print_report(&report, json)?;
     eprintln!(
         "lazaret-sidecar: policy applied{}{}; holding the network namespace until SIGTERM or SIGINT",
         if settings.link {
@@ -481,6 +500,24 @@ pub fn ask(path: &str, request: &Request) -> Result<TableReport> {
         Response::Ok(report) => Ok(*report),
         Response::Error(e) => Err(Error::new(e)),
     }
+}
+
+/// The packets the router's table refused (its counters), 0 when they
+/// cannot be read.
+fn table_refusals() -> u64 {
+    match crate::nft::read_back() {
+        Ok(Some(read)) => read.refused,
+        _ => 0,
+    }
+}
+
+/// One line of [`Refusals`] on standard output (the host's log of it).
+fn print_refusals(refusals: &Refusals) -> Result<()> {
+    let line = serde_json::to_string(refusals).context("cannot encode the refusals")?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(format!("{line}\n").as_bytes())
+        .and_then(|()| out.flush())
+        .context("cannot write to stdout")
 }
 
 #[cfg(test)]

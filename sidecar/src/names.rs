@@ -297,6 +297,8 @@ pub fn escape(raw: &str) -> String {
 pub struct NameLog<T> {
     cap: usize,
     entries: std::collections::BTreeMap<String, Logged<T>>,
+    /// Every record since the start, forgotten names included.
+    total: u64,
 }
 
 /// One name of a [`NameLog`].
@@ -314,11 +316,13 @@ impl<T> NameLog<T> {
         NameLog {
             cap,
             entries: std::collections::BTreeMap::new(),
+            total: 0,
         }
     }
 
     /// Counts `name` once more at `now`, noting `note`.
     pub fn record(&mut self, name: &str, now: u64, note: T) {
+        self.total += 1;
         let name = escape(name);
         match self.entries.get_mut(&name) {
             Some(e) => {
@@ -360,6 +364,11 @@ impl<T> NameLog<T> {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Records since the start (never goes down, unlike the counts kept).
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     pub fn is_empty(&self) -> bool {

@@ -8,15 +8,15 @@
 //!   chain forward { type filter hook forward priority 0; policy accept;
 //!     iifname "sbx0" ip saddr != 100.64.0.2 drop
 //!     iifname "sbx0" ip6 saddr != fd6c:7a72::2 drop
-//!     oifname "rej0" meta l4proto tcp reject with tcp reset
-//!     oifname "rej0" reject with icmpx admin-prohibited }
+//!     oifname "rej0" meta l4proto tcp counter reject with tcp reset
+//!     oifname "rej0" counter reject with icmpx admin-prohibited }
 //!   chain input { type filter hook input priority 0; policy accept;
 //!     iifname "sbx0" icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept
 //!     iifname "sbx0" ip saddr != 100.64.0.2 drop
 //!     iifname "sbx0" ip6 saddr != fd6c:7a72::2 drop
 //!     iifname "sbx0" udp dport 53 accept
 //!     iifname "sbx0" tcp dport 53 accept
-//!     iifname "sbx0" meta l4proto tcp reject with tcp reset
+//!     iifname "sbx0" meta l4proto tcp counter reject with tcp reset
 //!     iifname "sbx0" drop }
 //!   chain postrouting { type nat hook postrouting priority 100; policy accept;
 //!     oifname "tap0" ip saddr 100.64.0.0/30 masquerade
@@ -143,6 +143,9 @@ pub enum Expr {
     /// `immediate reg 0 VERDICT`: accept or drop.
     Verdict(u32),
     Masq,
+    /// `counter`: written at zero; its counts, read back, are not part of
+    /// the rule's identity ([`Counts`] sums them).
+    Counter,
     /// Anything else, by its name and attributes (never written).
     Other(String),
 }
@@ -174,6 +177,7 @@ impl fmt::Display for Expr {
             Expr::Reject { kind, code } => write!(f, "[reject type {kind} code {code:?}]"),
             Expr::Verdict(v) => write!(f, "[immediate reg 0 verdict {v}]"),
             Expr::Masq => f.write_str("[masq]"),
+            Expr::Counter => f.write_str("[counter]"),
             Expr::Other(s) => write!(f, "[{s}]"),
         }
     }
@@ -189,6 +193,7 @@ impl Expr {
             Expr::Reject { .. } => "reject",
             Expr::Verdict(_) => "immediate",
             Expr::Masq => "masq",
+            Expr::Counter => "counter",
             Expr::Other(s) => s,
         }
     }
@@ -244,7 +249,7 @@ impl Expr {
                 data.nested(NFTA_DATA_VERDICT, &code);
                 a.u32_be(1, REG_VERDICT).nested(2, &data);
             }
-            Expr::Masq | Expr::Other(_) => {}
+            Expr::Masq | Expr::Counter | Expr::Other(_) => {}
         }
         a
     }
@@ -306,6 +311,7 @@ impl Expr {
                 Expr::Verdict(attr(verdict, NFTA_VERDICT_CODE).and_then(be32)?)
             }
             "masq" if data.is_empty() => Expr::Masq,
+            "counter" => Expr::Counter,
             _ => return None,
         })
     }
@@ -498,18 +504,26 @@ pub fn ruleset() -> Vec<Chain> {
         })
         .to_vec();
     let mut forward = anti_spoofing.clone();
+    // Each refusal is counted: the host shows how many the agent met.
     forward.push(rule(
-        format!("{oifr} meta l4proto tcp reject with tcp reset"),
-        &[&to_reject, &l4proto(IPPROTO_TCP), &[TCP_RESET]],
-    ));
-    forward.push(rule(
-        format!("{oifr} reject with icmpx admin-prohibited"),
+        format!("{oifr} meta l4proto tcp counter reject with tcp reset"),
         &[
             &to_reject,
-            &[Expr::Reject {
-                kind: NFT_REJECT_ICMPX_UNREACH,
-                code: Some(NFT_REJECT_ICMPX_ADMIN_PROHIBITED),
-            }],
+            &l4proto(IPPROTO_TCP),
+            &[Expr::Counter, TCP_RESET],
+        ],
+    ));
+    forward.push(rule(
+        format!("{oifr} counter reject with icmpx admin-prohibited"),
+        &[
+            &to_reject,
+            &[
+                Expr::Counter,
+                Expr::Reject {
+                    kind: NFT_REJECT_ICMPX_UNREACH,
+                    code: Some(NFT_REJECT_ICMPX_ADMIN_PROHIBITED),
+                },
+            ],
         ],
     ));
 
@@ -536,9 +550,15 @@ pub fn ruleset() -> Vec<Chain> {
         ));
     }
     input.push(rule(
-        format!("{iif} meta l4proto tcp reject with tcp reset"),
-        &[&from_link, &l4proto(IPPROTO_TCP), &[TCP_RESET]],
+        format!("{iif} meta l4proto tcp counter reject with tcp reset"),
+        &[
+            &from_link,
+            &l4proto(IPPROTO_TCP),
+            &[Expr::Counter, TCP_RESET],
+        ],
     ));
+    // Not counted: the sandbox's own kernel sends the router multicast
+    // (MLD, IGMP) nobody asked for, which is no refusal of the agent's.
     input.push(rule(
         format!("{iif} drop"),
         &[&from_link, &[Expr::Verdict(NF_DROP)]],
@@ -683,7 +703,7 @@ struct LiveChain {
 
 /// What the kernel holds of the table: `None` when there is no table;
 /// otherwise its chains, each compared with [`ruleset`], and the problems.
-pub fn read_back() -> Result<Option<(Vec<NftChain>, Vec<String>)>> {
+pub fn read_back() -> Result<Option<ReadBack>> {
     let mut channel = Channel::open(NETLINK_NETFILTER)?;
     let dump = |channel: &mut Channel, kind: u16| -> Result<Vec<Vec<u8>>> {
         Ok(channel
@@ -700,6 +720,8 @@ pub fn read_back() -> Result<Option<(Vec<NftChain>, Vec<String>)>> {
         return Ok(None);
     }
     let mut live: std::collections::BTreeMap<String, LiveChain> = Default::default();
+    // The packets the table refused (its counters are all on refusals).
+    let mut refused = 0u64;
     for c in dump(&mut channel, NFT_MSG_GETCHAIN).context("cannot list the nf_tables chains")? {
         if !ours(&c, NFTA_CHAIN_TABLE) {
             continue;
@@ -730,14 +752,42 @@ pub fn read_back() -> Result<Option<(Vec<NftChain>, Vec<String>)>> {
                     .filter(|(k, _)| *k == NFTA_LIST_ELEM)
                     .map(|(_, elem)| {
                         let name = attr(elem, NFTA_EXPR_NAME).map(string).unwrap_or_default();
-                        Expr::decode(&name, attr(elem, NFTA_EXPR_DATA).unwrap_or_default())
+                        let data = attr(elem, NFTA_EXPR_DATA).unwrap_or_default();
+                        if name == "counter" {
+                            refused += attr(data, NFTA_COUNTER_PACKETS).map_or(0, be64);
+                        }
+                        Expr::decode(&name, data)
                     })
                     .collect()
             })
             .unwrap_or_default();
         live.entry(chain).or_default().rules.push(exprs);
     }
-    Ok(Some(compare(&ruleset(), live)))
+    let (chains, problems) = compare(&ruleset(), live);
+    Ok(Some(ReadBack {
+        chains,
+        problems,
+        refused,
+    }))
+}
+
+/// The table as read back.
+pub struct ReadBack {
+    pub chains: Vec<NftChain>,
+    /// Every difference from [`ruleset`].
+    pub problems: Vec<String>,
+    /// The packets its counters refused.
+    pub refused: u64,
+}
+
+/// `NFTA_COUNTER_PACKETS`: a counter's packets, a big-endian u64.
+const NFTA_COUNTER_PACKETS: u16 = 2;
+
+fn be64(value: &[u8]) -> u64 {
+    value
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
 }
 
 /// The live chains as the report shows them, and every difference from
@@ -825,6 +875,27 @@ mod tests {
         }
     }
 
+    /// A counter read back carries its counts: the rule is still the one
+    /// written, and the packets are read as the kernel writes them.
+    #[test]
+    fn a_counter_with_counts_is_the_counter_written() {
+        let mut data = Attrs::new();
+        data.put(1, &4096u64.to_be_bytes())
+            .put(NFTA_COUNTER_PACKETS, &7u64.to_be_bytes());
+        assert_eq!(Expr::decode("counter", data.bytes()), Expr::Counter);
+        let packets = attr(data.bytes(), NFTA_COUNTER_PACKETS).map_or(0, be64);
+        assert_eq!(packets, 7);
+        let chains = ruleset();
+        let refusals = chains
+            .iter()
+            .flat_map(|c| &c.rules)
+            .filter(|r| r.exprs.contains(&Expr::Counter))
+            .map(|r| r.text.as_str())
+            .collect::<Vec<_>>();
+        assert_eq!(refusals.len(), 3, "each reject is counted: {refusals:?}");
+        assert!(refusals.iter().all(|t| t.contains("counter reject")));
+    }
+
     #[test]
     fn addresses_compare_as_nft_writes_them() {
         // From `nft --debug=netlink`: ip saddr 100.64.0.0/30 loads 4 bytes
@@ -889,7 +960,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             chains[0].rules[2],
-            "oifname \"rej0\" meta l4proto tcp reject with tcp reset"
+            "oifname \"rej0\" meta l4proto tcp counter reject with tcp reset"
         );
         live.get_mut("forward").unwrap().rules.remove(2);
         let (_, problems) = compare(&want, live);

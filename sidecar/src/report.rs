@@ -212,7 +212,39 @@ pub struct RouterReport {
     pub sysctls: crate::link::Sysctls,
     /// What differs from the design; empty when the router is in force.
     pub problems: Vec<String>,
+    /// Packets of the sandbox the table refused since it was made (its
+    /// counters: connections reset, datagrams answered unreachable).
+    #[serde(default)]
+    pub refused_packets: u64,
 }
+
+/// What `serve --json` prints on its standard output whenever the count of
+/// refusals changed (at most every [`REFUSALS_INTERVAL`]): the host reads
+/// its log to show the human how often the agent was refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refusals {
+    /// Packets the table refused since the sidecar started.
+    pub refused_packets: u64,
+    /// Names the resolver refused since the sidecar started.
+    pub refused_names: u64,
+}
+
+impl Refusals {
+    pub fn total(&self) -> u64 {
+        self.refused_packets.saturating_add(self.refused_names)
+    }
+
+    /// The last line of `log` that is one, if any.
+    pub fn last_in<'a>(lines: impl DoubleEndedIterator<Item = &'a str>) -> Option<Refusals> {
+        lines
+            .rev()
+            .find_map(|l| serde_json::from_str::<Refusals>(l.trim()).ok())
+    }
+}
+
+/// How often `serve` looks at its counters.
+pub const REFUSALS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RouterReport {
     /// Whether everything the router needs was found in place.

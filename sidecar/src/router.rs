@@ -109,10 +109,11 @@ pub fn report(nl: &mut Netlink) -> RouterReport {
         }
     }
     match nft::read_back() {
-        Ok(Some((chains, problems))) => {
+        Ok(Some(read)) => {
             r.nft_table = Some(format!("inet {}", link::NFT_TABLE));
-            r.nft_chains = chains;
-            r.problems.extend(problems);
+            r.nft_chains = read.chains;
+            r.refused_packets = read.refused;
+            r.problems.extend(read.problems);
         }
         Ok(None) => r.problems.push(format!(
             "the nf_tables table inet {} is missing",

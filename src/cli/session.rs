@@ -204,6 +204,7 @@ fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: boo
         memory_used: None,
         memory_limit: None,
         layer_used: None,
+        egress_refused: None,
         hosted: Vec::new(),
         orphaned,
     }

@@ -87,6 +87,12 @@ pub struct HostedInfo {
     /// runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exited: Option<i32>,
+    /// Whether its shell runs a command (`true`) or waits at its prompt,
+    /// as the Session Host last saw its terminal's foreground; `None` for
+    /// a program that is not a shell (an agent never hands its terminal
+    /// over, so "at its prompt" would say nothing) or before it was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy: Option<bool>,
 }
 
 impl HostedInfo {
@@ -102,8 +108,23 @@ impl HostedInfo {
             viewers: 0,
             pending: 0,
             exited: None,
+            busy: None,
         }
     }
+}
+
+/// Whether `argv` runs a shell: only a shell's foreground says "running a
+/// command" or "at its prompt".
+fn is_shell(argv: &[String]) -> bool {
+    let Some(program) = argv.first() else {
+        return false;
+    };
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let name = name.strip_prefix('-').unwrap_or(name);
+    matches!(
+        name,
+        "sh" | "bash" | "zsh" | "fish" | "dash" | "ash" | "ksh" | "mksh" | "tcsh" | "csh" | "nu"
+    )
 }
 
 /// One attached client: its queue, and whether it missed messages.
@@ -587,6 +608,22 @@ impl Hosted {
                         self.adopt(frame.session, live);
                     }
                 }
+                kind::FOREGROUND => {
+                    let busy = frame.payload.first().map(|b| *b != 0);
+                    let news = {
+                        let mut state = self.state.lock().expect("lock");
+                        match state.sessions.get_mut(&frame.session) {
+                            Some(s) if is_shell(&s.info.argv) && s.info.busy != busy => {
+                                s.info.busy = busy;
+                                !s.spare
+                            }
+                            _ => false,
+                        }
+                    };
+                    if news {
+                        self.changed();
+                    }
+                }
                 kind::EXITED => {
                     let code = frame
                         .payload
@@ -664,6 +701,7 @@ impl Hosted {
                 return;
             }
             s.info.exited = Some(code);
+            s.info.busy = None;
             s.credential = None;
             s.prompts.clear();
             s.broadcast(&CoordMsg::SessionEnded {
@@ -942,7 +980,10 @@ impl Hosted {
         }
         let (rows, cols) = (new.rows.max(1), new.cols.max(1));
         s.spare = false;
+        // What its foreground was is told once: it stays (same command).
+        let busy = s.info.busy;
         s.info = HostedInfo::running(spare.id, new.purpose.clone(), new.argv.clone(), rows, cols);
+        s.info.busy = busy;
         to_host(&link, Frame::new(kind::CLAIM, spare.id, Vec::new())).ok()?;
         if (spare.like.rows, spare.like.cols) != (rows, cols) {
             s.parser.screen_mut().set_size(nonzero(rows), nonzero(cols));

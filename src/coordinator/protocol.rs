@@ -299,6 +299,11 @@ pub struct DomainStatus {
     /// disk, as the layer watch last measured it (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_used: Option<u64>,
+    /// What the Network Sidecar refused the sandbox since it started:
+    /// packets its table refused and names its resolver refused
+    /// (`None` before anything was refused, or without a sidecar log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_refused: Option<u64>,
     /// Sessions that live in the domain (hosted), attached or not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosted: Vec<crate::coordinator::hosted::HostedInfo>,

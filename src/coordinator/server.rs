@@ -80,6 +80,8 @@ struct Shared {
     /// What the watchdog and the layer watch last measured (bytes).
     memory_used: Mutex<Option<u64>>,
     layer_used: Mutex<Option<u64>>,
+    /// The sidecar's refusals as its log last said.
+    egress_refused: Mutex<Option<u64>>,
     /// Sessions that live in the domain (decisions.md D14), once the host
     /// socket is open.
     hosted: std::sync::OnceLock<Arc<Hosted>>,
@@ -259,6 +261,7 @@ impl Shared {
             memory_used: *self.memory_used.lock().expect("lock"),
             memory_limit: Some(self.resolved.profile.limits.memory),
             layer_used: *self.layer_used.lock().expect("lock"),
+            egress_refused: *self.egress_refused.lock().expect("lock"),
             hosted: self.hosted.get().map(|h| h.list()).unwrap_or_default(),
             orphaned: false,
         }
@@ -424,6 +427,7 @@ async fn serve(
         escalation: std::sync::OnceLock::new(),
         policy_change: tokio::sync::Mutex::new(()),
         memory_used: Mutex::new(None),
+        egress_refused: Mutex::new(None),
         layer_used: Mutex::new(None),
         hosted: std::sync::OnceLock::new(),
     });
@@ -1120,6 +1124,9 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
     };
     let shared = shared.clone();
     let rt = tokio::runtime::Handle::current();
+    let mut refusals = RefusalLog::new(crate::engine::sidecar_log(
+        &shared.resolved.domain.domain_root(&shared.engine.data_root),
+    ));
     std::thread::spawn(move || {
         // Dropped when this thread ends: the layer watch ends with it.
         let _layer_alive = layer_alive;
@@ -1153,6 +1160,12 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
                 return;
             }
             blind = 0;
+            // The sidecar's news of refusals, on the same beat (a file's
+            // size most of the time: the sidecar writes only on news).
+            if let Some(total) = refusals.news() {
+                *shared.egress_refused.lock().expect("lock") = Some(total);
+                shared.changed();
+            }
             let (event, detail) = match verdict {
                 Verdict::Within(usage) => {
                     let before = shared.memory_used.lock().expect("lock").replace(usage.rss);
@@ -1194,6 +1207,54 @@ fn start_watchdog(shared: &Arc<Shared>, sandbox: &Sandbox, stop: std::sync::mpsc
             rt.block_on(s.audit(event, detail));
         }
     });
+}
+
+/// The Network Sidecar's log, read where the last look stopped: its lines
+/// of [`lazaret_sidecar::report::Refusals`] say how often the sandbox was
+/// refused.
+struct RefusalLog {
+    path: PathBuf,
+    /// Bytes read up to the end of the last whole line.
+    offset: u64,
+    told: Option<u64>,
+}
+
+impl RefusalLog {
+    fn new(path: PathBuf) -> RefusalLog {
+        RefusalLog {
+            path,
+            offset: 0,
+            told: None,
+        }
+    }
+
+    /// The total of refusals when it changed since the last call.
+    fn news(&mut self) -> Option<u64> {
+        use std::io::{Read, Seek, SeekFrom};
+        let size = std::fs::metadata(&self.path).ok()?.len();
+        if size < self.offset {
+            // A new sidecar (a restart) writes a new log.
+            self.offset = 0;
+        }
+        if size == self.offset {
+            return None;
+        }
+        let mut file = std::fs::File::open(&self.path).ok()?;
+        file.seek(SeekFrom::Start(self.offset)).ok()?;
+        // A bounded read: the rest waits for the next beat.
+        let mut text = Vec::new();
+        file.take(1 << 20).read_to_end(&mut text).ok()?;
+        let whole = text.iter().rposition(|b| *b == b'\n')? + 1;
+        self.offset += whole as u64;
+        let text = String::from_utf8_lossy(&text[..whole]);
+        let lines = crate::podman::log_stdout_lines(&text);
+        let total =
+            lazaret_sidecar::report::Refusals::last_in(lines.iter().map(String::as_str))?.total();
+        (self.told != Some(total)).then(|| {
+            self.told = Some(total);
+            total
+        })
+    }
 }
 
 /// The store as the Escalation Socket's audit log, failures logged.

@@ -143,6 +143,9 @@ pub struct App {
     /// The modal last drawn: (tab, request); another one is held anew.
     shown_modal: Option<(u64, String)>,
     domains: Vec<DomainStatus>,
+    /// Each domain's egress refusals (by hash) when the human last had its
+    /// network table on screen: the sessions panel shows those since.
+    egress_looked: std::collections::HashMap<String, u64>,
     /// The live table of a domain (by hash), for the network panel.
     network: Option<(String, NetTable)>,
     /// How the last shell ended (`lazaret shell` exits with it).
@@ -226,6 +229,7 @@ impl App {
             redraw_at: None,
             shown_modal: None,
             domains: Vec::new(),
+            egress_looked: std::collections::HashMap::new(),
             network: None,
             exit_code: None,
             stopped: None,
@@ -850,6 +854,32 @@ impl App {
         }
     }
 
+    /// Whether the focused tab is in the domain `hash`.
+    fn focused_on(&self, hash: &str) -> bool {
+        self.tabs
+            .get(self.focus)
+            .is_some_and(|t| t.launch.ctx.anchor.hash() == hash)
+    }
+
+    /// The focused domain's network table is on screen: its refusals so
+    /// far count as seen.
+    pub(super) fn egress_seen(&mut self) {
+        if !self.shows(Panel::Network) || !self.network_shown_is_focused() {
+            return;
+        }
+        let Some((hash, _)) = &self.network else {
+            return;
+        };
+        if let Some(total) = self
+            .domains
+            .iter()
+            .find(|d| d.hash == *hash)
+            .and_then(|d| d.egress_refused)
+        {
+            self.egress_looked.insert(hash.clone(), total);
+        }
+    }
+
     /// Whether the network table at hand is the focused tab's domain's
     /// (the panel reads one on a focus change and after each live change,
     /// never on a timer).
@@ -924,25 +954,27 @@ impl App {
             }
             // The sessions panel, from events.
             CoordMsg::Status { domain } => {
-                match self.domains.iter_mut().find(|d| d.hash == domain.hash) {
-                    Some(d) => *d = domain,
+                let refused = domain.egress_refused;
+                let before = match self.domains.iter_mut().find(|d| d.hash == domain.hash) {
+                    Some(d) => std::mem::replace(d, domain).egress_refused,
                     None => {
                         self.domains.push(domain);
                         self.domains.sort_by(|a, b| a.hash.cmp(&b.hash));
+                        None
                     }
+                };
+                // New refusals in the table on screen: read it again
+                // (the refused names are listed there).
+                let on_screen = self.network.as_ref().is_some_and(|(h, _)| *h == hash);
+                if refused != before && on_screen && self.focused_on(&hash) {
+                    self.refresh_network(None);
                 }
                 self.dirty = true;
             }
             // A live change (here or by `lazaret net` anywhere): the
             // network panel reads the focused domain's table again.
-            CoordMsg::PolicyChanged { .. } => {
-                let focused = self
-                    .tabs
-                    .get(self.focus)
-                    .is_some_and(|t| t.launch.ctx.anchor.hash() == hash);
-                if focused {
-                    self.refresh_network(None);
-                }
+            CoordMsg::PolicyChanged { .. } if self.focused_on(&hash) => {
+                self.refresh_network(None);
             }
             // Shown where the request is listed, whichever client answered.
             CoordMsg::Outcome { outcome } => {

@@ -24,12 +24,16 @@ fn sessions_panel() {
     });
     insta::assert_snapshot!(dump(&buf));
     // The non-gVisor runtime is loud: white on red (the second domain, under
-    // the first one's two hosted sessions).
-    let x = row(&buf, 5).find("NOT gVisor").expect("NOT gVisor shown") as u16;
-    let cell = &buf[(x, 5)];
+    // the first one's three hosted sessions).
+    let x = row(&buf, 6).find("NOT gVisor").expect("NOT gVisor shown") as u16;
+    let cell = &buf[(x, 6)];
     assert_eq!((cell.fg, cell.bg), (Color::White, Color::Red));
-    // A session waiting for an approval says so in words.
+    // A session waiting for an approval says so in words, and so do a
+    // shell's command, a shell at its prompt and unseen refusals.
     assert!(row(&buf, 4).contains("WAITING 1"), "{}", dump(&buf));
+    assert!(row(&buf, 3).contains("command running"), "{}", dump(&buf));
+    assert!(row(&buf, 5).contains("idle at prompt"), "{}", dump(&buf));
+    assert!(row(&buf, 2).contains("3 new"), "{}", dump(&buf));
 }
 
 #[test]

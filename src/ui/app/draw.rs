@@ -214,6 +214,7 @@ impl App {
         if let Ok(size) = term.size() {
             self.size = size;
         }
+        self.egress_seen();
         let (rows, cols) = self.pane_size();
         for t in &self.tabs {
             t.resize(rows, cols);
@@ -288,6 +289,10 @@ impl App {
                 uptime: Duration::from_secs(d.uptime),
                 degraded: d.degraded.is_some(),
                 memory: d.memory_used.map(|used| (used, d.memory_limit)),
+                refused: d
+                    .egress_refused
+                    .unwrap_or(0)
+                    .saturating_sub(self.egress_looked.get(&d.hash).copied().unwrap_or(0)),
                 hosted: d
                     .hosted
                     .iter()
@@ -297,6 +302,7 @@ impl App {
                         clients: h.viewers,
                         pending: h.pending,
                         exited: h.exited,
+                        busy: h.busy,
                     })
                     .collect(),
             })

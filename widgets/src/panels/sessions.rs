@@ -1,8 +1,9 @@
 //! Every running domain of this user: its Agent Sandbox's runtime (anything
 //! but gVisor, or a degraded sandbox, is shown loudly), memory against its
-//! limit, Client Sessions and uptime; under each domain its hosted sessions
-//! with their state in words (waiting for an approval, attached, detached,
-//! exited).
+//! limit, egress refusals the human has not looked at, Client Sessions and
+//! uptime; under each domain its hosted sessions with their state in words
+//! (waiting for an approval, attached, detached, exited; a shell running a
+//! command or idle at its prompt).
 
 use std::time::Duration;
 
@@ -35,6 +36,9 @@ pub struct SessionRow {
     /// The sandbox's memory as the watchdog measured it, and its limit
     /// (bytes).
     pub memory: Option<(u64, Option<u64>)>,
+    /// Egress refusals (packets and names the Network Sidecar refused)
+    /// since the human last looked at the domain's network table.
+    pub refused: u64,
     /// Its sessions that live in the domain, attached or not.
     pub hosted: Vec<HostedRow>,
 }
@@ -51,6 +55,9 @@ pub struct HostedRow {
     pub pending: u32,
     /// How it ended, while it is still listed.
     pub exited: Option<i32>,
+    /// A shell's foreground: running a command (`true`) or idle at its
+    /// prompt; `None` for other programs.
+    pub busy: Option<bool>,
 }
 
 impl HostedRow {
@@ -75,6 +82,26 @@ impl HostedRow {
             (None, n) => Span::raw(format!("attached ×{n}")),
         }
     }
+
+    /// What its shell does, while it runs.
+    fn activity(&self) -> &'static str {
+        match (self.exited, self.busy) {
+            (None, Some(true)) => "command running",
+            (None, Some(false)) => "idle at prompt",
+            _ => "",
+        }
+    }
+}
+
+/// `3 new` in a colour that repeats the words, or nothing.
+fn refused_span(row: &SessionRow) -> Span<'static> {
+    if row.refused == 0 {
+        return Span::raw("");
+    }
+    Span::styled(
+        format!("{} new", row.refused),
+        Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+    )
 }
 
 /// `1.2 GiB` (binary units, one decimal under 10).
@@ -154,6 +181,10 @@ impl Widget for SessionsPanel<'_> {
         if waiting > 0 {
             title = format!("{title}· {waiting} waiting ");
         }
+        let refused: u64 = self.rows.iter().map(|r| r.refused).sum();
+        if refused > 0 {
+            title = format!("{title}· {refused} refused ");
+        }
         let block = panel_block(title, self.focused);
         let inner = block.inner(area);
         block.render(area, buf);
@@ -179,10 +210,10 @@ impl Widget for SessionsPanel<'_> {
             .max(7);
         // In a narrow panel the runtime label is cut before the session
         // count and uptime disappear (its colour still says "not gVisor").
-        let others = 12 + 12 + 10 + 15 + 8 + 6 + usize::from(SPACING) * 6;
+        let others = 12 + 12 + 10 + 15 + 8 + 8 + 6 + usize::from(SPACING) * 7;
         let runtime_width =
             runtime_width.min(usize::from(inner.width).saturating_sub(others).max(7));
-        let fixed = [12, 12, runtime_width, 15, 8, 6];
+        let fixed = [12, 12, runtime_width, 15, 8, 8, 6];
         let fixed_total: usize = fixed.iter().sum::<usize>() + usize::from(SPACING) * fixed.len();
         let workspace_width = usize::from(inner.width).saturating_sub(fixed_total).max(10);
         let widths = [
@@ -191,6 +222,7 @@ impl Widget for SessionsPanel<'_> {
             Constraint::Min(10),
             Constraint::Length(u16::try_from(runtime_width).unwrap_or(u16::MAX)),
             Constraint::Length(15),
+            Constraint::Length(8),
             Constraint::Length(8),
             Constraint::Length(6),
         ];
@@ -201,6 +233,7 @@ impl Widget for SessionsPanel<'_> {
             "WORKSPACE",
             "RUNTIME",
             "MEMORY",
+            "REFUSED",
             "SESSIONS",
             "UPTIME",
         ])
@@ -215,6 +248,7 @@ impl Widget for SessionsPanel<'_> {
                 Cell::from(keep_end(&shown(&r.workspace), workspace_width)),
                 Cell::from(runtime_span(r)),
                 Cell::from(memory_text(r)),
+                Cell::from(refused_span(r)),
                 // Right-aligned, not padded: a squeezed column still shows
                 // the number rather than the padding.
                 Cell::from(Line::from(r.sessions.to_string()).right_aligned()),
@@ -226,6 +260,7 @@ impl Widget for SessionsPanel<'_> {
                     Cell::from(format!("  #{}", h.id)),
                     Cell::from(keep_end(&shown(&h.command), workspace_width)),
                     Cell::from(h.state()),
+                    Cell::from(h.activity()),
                     Cell::from(""),
                     Cell::from(""),
                     Cell::from(""),
@@ -259,11 +294,17 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
             Span::raw(shown(&r.profile)),
             Span::raw(" "),
             runtime,
-            Span::styled(
-                format!(" · {sessions} · up {}", format_duration(r.uptime)),
-                Style::new().fg(Color::DarkGray),
-            ),
         ]);
+        // Before what is cut first at the right: the session count and
+        // the uptime.
+        if r.refused > 0 {
+            first.push_span(Span::raw(" · refused "));
+            first.push_span(refused_span(r));
+        }
+        first.push_span(Span::styled(
+            format!(" · {sessions} · up {}", format_duration(r.uptime)),
+            Style::new().fg(Color::DarkGray),
+        ));
         let memory = format!("mem {} · ", memory_text(r));
         let mut second = Line::from(Span::styled(
             format!(
@@ -283,14 +324,17 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
         lines.push(first);
         lines.push(second);
         for h in &r.hosted {
+            let activity = match h.activity() {
+                "" => String::new(),
+                a => format!(" · {a}"),
+            };
+            let room = width.saturating_sub(20 + activity.chars().count());
             let mut line = Line::from(vec![
                 Span::raw(format!("  #{} ", h.id)),
                 h.state(),
+                Span::raw(activity),
                 Span::styled(
-                    format!(
-                        " {}",
-                        keep_end(&shown(&h.command), width.saturating_sub(20))
-                    ),
+                    format!(" {}", keep_end(&shown(&h.command), room)),
                     Style::new().fg(Color::DarkGray),
                 ),
             ]);

@@ -86,9 +86,10 @@ pub fn row(buf: &Buffer, y: u16) -> String {
         .to_string()
 }
 
-/// Two domains for the sessions panel: one under gVisor with two hosted
-/// sessions (one waiting for an approval), one not under gVisor with a
-/// detached one.
+/// Two domains for the sessions panel: one under gVisor with three hosted
+/// sessions (a shell running a command, an agent waiting for an approval,
+/// a detached shell at its prompt) and refusals the human has not looked
+/// at, one not under gVisor with an exited one.
 #[allow(dead_code)]
 pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
     use lazaret_widgets::panels::{HostedRow, SessionRow};
@@ -103,6 +104,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
             uptime: Duration::from_secs(3 * 3600 + 12 * 60),
             degraded: false,
             memory: Some((1_288_490_188, Some(4 << 30))),
+            refused: 3,
             hosted: vec![
                 HostedRow {
                     id: 1,
@@ -110,6 +112,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     clients: 1,
                     pending: 0,
                     exited: None,
+                    busy: Some(true),
                 },
                 HostedRow {
                     id: 2,
@@ -117,6 +120,15 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     clients: 0,
                     pending: 1,
                     exited: None,
+                    busy: None,
+                },
+                HostedRow {
+                    id: 4,
+                    command: "/bin/bash -l".into(),
+                    clients: 0,
+                    pending: 0,
+                    exited: None,
+                    busy: Some(false),
                 },
             ],
         },
@@ -130,12 +142,14 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
             uptime: Duration::from_secs(42),
             degraded: false,
             memory: None,
+            refused: 0,
             hosted: vec![HostedRow {
                 id: 3,
                 command: "aider".into(),
                 clients: 0,
                 pending: 0,
                 exited: Some(1),
+                busy: None,
             }],
         },
     ]
