@@ -398,7 +398,7 @@ pub fn run(
                         refused_packets,
                         refused_names,
                     };
-                    if now != told && print_refusals(&now).is_ok() {
+                    if now != told && crate::print_json(&now).is_ok() {
                         told = now;
                     }
                 }
@@ -509,15 +509,6 @@ fn table_refusals() -> u64 {
         Ok(Some(read)) => read.refused,
         _ => 0,
     }
-}
-
-/// One line of [`Refusals`] on standard output (the host's log of it).
-fn print_refusals(refusals: &Refusals) -> Result<()> {
-    let line = serde_json::to_string(refusals).context("cannot encode the refusals")?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| out.flush())
-        .context("cannot write to stdout")
 }
 
 #[cfg(test)]

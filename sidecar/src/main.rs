@@ -362,13 +362,20 @@ fn unlink(o: &Options) -> Result<(), Failure> {
 }
 
 pub(crate) fn print_report(report: &TableReport, json: bool) -> Result<()> {
+    if json {
+        return print_json(report);
+    }
+    print_text(&report.to_string())
+}
+
+/// One JSON line on standard output (what the host reads from the log).
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let line = serde_json::to_string(value).context("cannot encode the report")?;
+    print_text(&format!("{line}\n"))
+}
+
+fn print_text(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    let text = if json {
-        let line = serde_json::to_string(report).context("cannot encode the table")?;
-        format!("{line}\n")
-    } else {
-        report.to_string()
-    };
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("cannot write to stdout")

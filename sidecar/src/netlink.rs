@@ -338,6 +338,10 @@ pub fn be32(value: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(value.get(..4)?.try_into().ok()?))
 }
 
+pub fn be64(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?))
+}
+
 pub fn ne32(value: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(value.get(..4)?.try_into().ok()?))
 }

@@ -42,7 +42,7 @@ use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
 use crate::error::{Context, Result};
-use crate::netlink::{Attrs, Channel, Raw, attr, attrs, be32, string};
+use crate::netlink::{Attrs, Channel, Raw, attr, attrs, be32, be64, string};
 
 const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
@@ -754,7 +754,7 @@ pub fn read_back() -> Result<Option<ReadBack>> {
                         let name = attr(elem, NFTA_EXPR_NAME).map(string).unwrap_or_default();
                         let data = attr(elem, NFTA_EXPR_DATA).unwrap_or_default();
                         if name == "counter" {
-                            refused += attr(data, NFTA_COUNTER_PACKETS).map_or(0, be64);
+                            refused += attr(data, NFTA_COUNTER_PACKETS).and_then(be64).unwrap_or(0);
                         }
                         Expr::decode(&name, data)
                     })
@@ -782,13 +782,6 @@ pub struct ReadBack {
 
 /// `NFTA_COUNTER_PACKETS`: a counter's packets, a big-endian u64.
 const NFTA_COUNTER_PACKETS: u16 = 2;
-
-fn be64(value: &[u8]) -> u64 {
-    value
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_be_bytes)
-}
 
 /// The live chains as the report shows them, and every difference from
 /// `want`.
@@ -883,7 +876,9 @@ mod tests {
         data.put(1, &4096u64.to_be_bytes())
             .put(NFTA_COUNTER_PACKETS, &7u64.to_be_bytes());
         assert_eq!(Expr::decode("counter", data.bytes()), Expr::Counter);
-        let packets = attr(data.bytes(), NFTA_COUNTER_PACKETS).map_or(0, be64);
+        let packets = attr(data.bytes(), NFTA_COUNTER_PACKETS)
+            .and_then(be64)
+            .unwrap_or(0);
         assert_eq!(packets, 7);
         let chains = ruleset();
         let refusals = chains
