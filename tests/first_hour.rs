@@ -512,9 +512,12 @@ fn a_client_is_told_who_stopped_its_domain() {
     let t = d.tmux(160, 40, "ui rc", None);
     t.wait_for(120, "the tab's shell", |s| s.contains("root@"));
     down();
-    let s = t.wait_for(30, "the tab's reason", |s| s.contains("x closes this tab"));
-    assert!(said_who(&s.replace('\n', "")), "{s}");
-    assert!(!s.contains("not in the profile's image"), "{s}");
+    let s = t.wait_for(30, "the tab's reason", |s| {
+        common::pane_text(s).contains("x closes this tab")
+    });
+    let pane = common::pane_text(&s);
+    assert!(said_who(&pane), "{s}");
+    assert!(!pane.contains("not in the profile's image"), "{s}");
     t.quit_ending_sessions();
     t.wait_exit(30, "lazaret ui");
 }

@@ -180,7 +180,10 @@ fn one_inbox(profile: &'static str, other: &'static str) {
     });
     assert!(!count.exists(), "it ran before anyone answered");
     let s = common::open_request_by_bang(&ui, "h28-inbox");
-    assert!(s.contains("not a tab here"), "who asked is named:\n{s}");
+    assert!(
+        common::modal_says(&s, "not a tab here"),
+        "who asked is named:\n{s}"
+    );
     ui.send(&["a"]);
     let s = exec.wait_for(30, "the request's end", |s| s.contains("ESC=0"));
     assert!(

@@ -55,7 +55,20 @@ fn live_policy(profile: &'static str) {
     let port = listener.local_addr().unwrap().port();
     let listener6 = TcpListener::bind("[::1]:0").ok();
     let d = Domain::new(profile);
-    d.up();
+    // A session holds it up: its coordinator reports the refusals.
+    let mut holder = d.hold_up();
+    // The refusals `status` (and the sessions panel) counts are the
+    // agent's: the self-test's own probes (five here) are left out.
+    assert_denied_at_once(&d, "10.0.2.3", 53);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let refused = loop {
+        let n = d.status().and_then(|s| s["egress_refused"].as_u64());
+        if n.is_some_and(|n| n >= 1) || std::time::Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(refused, Some(1), "the agent made one refusal");
     // Allowed by the profile: connects.
     let (ok, _, err) = connect(&d, "10.0.2.2", port);
     assert!(ok, "10.0.2.2 allowed but not reached: {err}");
@@ -112,6 +125,8 @@ fn live_policy(profile: &'static str) {
     assert!(!ps.contains("lazaret-sidecar"), "{ps}");
     let (_, sockets, _) = d.sh("ls /run/lazaret");
     assert!(!sockets.contains("sidecar"), "{sockets}");
+    let _ = holder.kill();
+    let _ = holder.wait();
     d.down();
     d.assert_gone();
     drop(listener);

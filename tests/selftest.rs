@@ -326,15 +326,11 @@ fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
 
     // The override, in the workbench: starts, marked degraded.
     let t = ui("--allow-degraded");
-    let screen = t.wait_for(90, "the degraded mark", |s| s.contains("DEGRADED"));
-    assert!(
-        screen.contains("self-test failed"),
-        "no reason on screen:\n{screen}"
-    );
-    assert!(
-        screen.contains("!DEGRADED"),
-        "no mark on the tab:\n{screen}"
-    );
+    // (The dashboard's sessions panel says DEGRADED first: the reason and
+    // the tab's mark follow.)
+    t.wait_for(90, "the degraded mark and its reason", |s| {
+        s.contains("!DEGRADED") && s.contains("self-test failed")
+    });
     let started = Instant::now();
     while !podman(&["container", "exists", &d.sandbox()])
         .status

@@ -140,6 +140,20 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     assert!(s.contains("!! NOT gVisor: runc !!"), "{s}");
     assert!(s.contains("NOT gVisor: runc "), "{s}");
 
+    // 160 columns: the dashboard by default. Prefix `|` turns it off (one
+    // panel at a time, as the rest of this test uses them), kept for the
+    // next workbench.
+    t.wait_for(20, "the dashboard", |s| {
+        s.contains("Sessions ·") && s.contains("Network policy · ") && s.contains("Escalations ·")
+    });
+    t.send(&["C-a", "|"]);
+    t.wait_for(20, "the dashboard turned off", |s| {
+        s.contains("root@") && !s.contains("Sessions ·") && !s.contains("Escalations ·")
+    });
+    let kept = d.s.path().join("data/workbench-layout.toml");
+    let kept = std::fs::read_to_string(&kept).unwrap_or_default();
+    assert!(kept.contains("dashboard = false"), "{kept}");
+
     // The help overlay lists the bindings; any key closes it.
     t.send(&["C-a", "?"]);
     t.wait_for(20, "the help overlay", |s| {
@@ -617,11 +631,14 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
     let d = Domain::new("gv");
     let gvd = d.other("gvd");
     let count = d.ws().join("h29-count");
-    let t = start_ui(&d, 180, 45);
+    let t = start_ui(&d, 120, 45);
     t.wait_for(120, "the first shell", |s| s.contains("root@"));
-    t.send(&["C-a", "|"]);
+    assert!(!t.screen().contains("Sessions ·"), "{}", t.screen());
+    // The dashboard is the default on a terminal wide enough: the
+    // terminal grows, the panels come, the network table read.
+    t.resize(180, 45);
     t.wait_for(20, "the dashboard", |s| {
-        s.contains("Sessions ·") && s.contains("Network") && s.contains("Escalations ·")
+        s.contains("Sessions ·") && s.contains("Network policy · ") && s.contains("Escalations ·")
     });
     // A second tab in this domain, a third in another.
     t.send(&["C-a", "c"]);
@@ -669,12 +686,22 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
     });
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "once\n");
 
+    // A shell running a command, and idle at its prompt again (under
+    // gVisor, told by each session's Foreground Witness).
+    t.send(&["C-a", "2"]);
+    t.line("clear; sleep 600");
+    t.wait_for(30, "tab 2's shell running a command", |s| {
+        common::domain_rows(s, &d.hash).contains("command running")
+    });
+    t.send(&["C-c"]);
+    t.wait_for(30, "every shell of gv idle at its prompt", |s| {
+        let rows = common::domain_rows(s, &d.hash);
+        rows.matches("idle at prompt").count() == 2 && !rows.contains("command running")
+    });
+
     // Refusals the human has not seen: domain gv is refused three times
     // while tab 3 (domain gvd) has the focus; going to a gv tab, its
-    // network table is on screen and they count as seen. (Whether a shell
-    // runs a command is not known under gVisor, which refuses a terminal's
-    // foreground to a process outside its session: the Session Host's own
-    // test covers it.)
+    // network table is on screen and they count as seen.
     t.send(&["C-a", "2"]);
     t.line(
         "clear; (sleep 2; for i in 1 2 3; do (exec 3<>/dev/tcp/10.0.2.2/9) 2>/dev/null; done) &",
@@ -684,9 +711,21 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
         common::domain_rows(s, &d.hash).contains(" new")
     });
     t.send(&["C-a", "1"]);
-    t.wait_for(30, "gv's refusals seen", |s| {
+    let s = t.wait_for(30, "gv's refusals seen", |s| {
         s.contains("root@") && !common::domain_rows(s, &d.hash).contains(" new")
     });
+    // The uptime is the domain's now, not when its status last changed.
+    let rows = common::domain_rows(&s, &d.hash);
+    let up = rows
+        .split(" · up ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_default();
+    let secs: u64 = up
+        .strip_suffix('s')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(secs >= 8, "up {up} after more than ten seconds:\n{s}");
     t.quit_ending_sessions();
     t.wait_exit(60, "lazaret ui");
 }

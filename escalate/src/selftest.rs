@@ -79,6 +79,17 @@ impl Report {
     pub fn failed(&self) -> impl Iterator<Item = &Check> {
         self.checks.iter().filter(|c| !c.ok)
     }
+    /// How many refusals the Network Sidecar counted for this self-test:
+    /// one per denied connect that was refused (a single packet, reset at
+    /// once) and one per name its resolver refused.
+    pub fn refusals(&self) -> u64 {
+        self.checks
+            .iter()
+            .filter(|c| {
+                c.ok && (c.name.starts_with("denied ") || c.name.starts_with("dns refuses "))
+            })
+            .count() as u64
+    }
     fn push(&mut self, name: impl Into<String>, result: Result<String, String>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d),

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -202,6 +202,8 @@ struct Session {
     input: std::sync::mpsc::SyncSender<Vec<u8>>,
     pid: u32,
     spare: bool,
+    /// The session's Foreground Witness, when one could be started.
+    witness: Option<Arc<OwnedFd>>,
 }
 
 /// Pieces of input queued per session before more are dropped.
@@ -483,11 +485,12 @@ fn watch_foreground(
                 continue;
             }
             times.retain(|t| *t > now);
-            let busy = sessions.lock().ok().and_then(|all| {
+            // Asked outside the lock: the witness may be slow to answer.
+            let witness = sessions.lock().ok().and_then(|all| {
                 let s = all.get(id)?;
-                let fg = nix::unistd::tcgetpgrp(&*s.master).ok()?;
-                Some(fg.as_raw() != s.pid as i32)
+                Some((s.witness.clone()?, s.pid))
             });
+            let busy = witness.and_then(|(w, pid)| Some(ask_foreground(&w)? != pid as i32));
             match busy {
                 Some(busy) if told.get(id) != Some(&busy) => {
                     if send(writer, &Frame::new(kind::FOREGROUND, *id, [busy as u8])).is_ok() {
@@ -502,6 +505,136 @@ fn watch_foreground(
             }
         }
         due.retain(|_, times| !times.is_empty());
+    }
+}
+
+/// How long the host waits for a Foreground Witness's answer.
+const WITNESS_PATIENCE: Duration = Duration::from_millis(500);
+
+/// A session's terminal's foreground process group, as its Foreground
+/// Witness tells it; `None` when it cannot (the session ended, or the
+/// witness is gone or slow). An answer left over from an earlier question
+/// is dropped first, so a late one is never taken for this one.
+fn ask_foreground(witness: &OwnedFd) -> Option<i32> {
+    use nix::sys::socket::{MsgFlags, recv, send};
+    let fd = witness.as_raw_fd();
+    let mut answer = [0u8; 4];
+    while recv(fd, &mut answer, MsgFlags::MSG_DONTWAIT).is_ok_and(|n| n > 0) {}
+    send(fd, &[0], MsgFlags::MSG_NOSIGNAL).ok()?;
+    let ready = nix::poll::poll(
+        &mut [nix::poll::PollFd::new(
+            witness.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )],
+        nix::poll::PollTimeout::try_from(WITNESS_PATIENCE).ok()?,
+    )
+    .ok()?;
+    if ready == 0 || recv(fd, &mut answer, MsgFlags::MSG_DONTWAIT).ok()? != 4 {
+        return None;
+    }
+    let pgrp = i32::from_ne_bytes(answer);
+    (pgrp > 0).then_some(pgrp)
+}
+
+/// Starts the session's Foreground Witness, from the session's first
+/// process between fork and exec (after `setsid` and `TIOCSCTTY`): a
+/// process of the terminal's session, which may therefore ask the
+/// terminal its foreground. The host cannot: gVisor refuses TIOCGPGRP on a
+/// PTY master to a process outside the terminal's session (Linux allows
+/// it), and its /proc gives no tpgid. The witness is forked through a
+/// middle process that leaves at once, so it is no child of the session's
+/// command (a shell's `wait` would wait for it); it is in a process group
+/// of its own, never the terminal's foreground, so job control leaves it
+/// alone.
+///
+/// # Safety
+/// Only between fork and exec of a single-threaded child; `fd` is the
+/// witness's end of a SOCK_SEQPACKET pair.
+#[allow(unsafe_code)]
+unsafe fn fork_witness(fd: std::os::fd::RawFd, tty: &std::ffi::CStr) {
+    // SAFETY: fork, waitpid and _exit are async-signal-safe; the witness
+    // makes only such calls.
+    unsafe {
+        match libc::fork() {
+            0 => {
+                if libc::fork() == 0 {
+                    witness(fd, tty);
+                }
+                libc::_exit(0);
+            }
+            middle if middle > 0 => {
+                let mut status = 0;
+                libc::waitpid(middle, &mut status, 0);
+            }
+            // No witness: the session's state stays unknown.
+            _ => {}
+        }
+    }
+}
+
+/// The Foreground Witness: answers each byte from the host with the
+/// terminal's (`tty`, opened for each answer: gVisor refuses `/dev/tty`)
+/// foreground process group (native-endian i32, -1 when it cannot tell);
+/// leaves when the host closes its end or the terminal is no longer its
+/// session's. Between answers it holds no descriptor but its socket: not
+/// the terminal (the host sees the session end when its command's last
+/// holder of the terminal closes it), not the host's (its connection to
+/// the coordinator, other sessions' terminals).
+///
+/// # Safety
+/// As [`fork_witness`].
+#[allow(unsafe_code)]
+unsafe fn witness(fd: std::os::fd::RawFd, tty: &std::ffi::CStr) -> ! {
+    // SAFETY: async-signal-safe calls only, on memory of this frame.
+    unsafe {
+        libc::setpgid(0, 0);
+        for sig in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        let fd = fd as libc::c_uint;
+        let closed = fd == 0 || libc::syscall(libc::SYS_close_range, 0, fd - 1, 0) == 0;
+        if !closed || libc::syscall(libc::SYS_close_range, fd + 1, libc::c_uint::MAX, 0) != 0 {
+            for other in 0..65536 {
+                if other != fd {
+                    libc::close(other as libc::c_int);
+                }
+            }
+        }
+        libc::prctl(libc::PR_SET_NAME, c"lz-fg-witness".as_ptr());
+        let fd = fd as libc::c_int;
+        let mut byte = [0u8; 1];
+        loop {
+            let n = libc::read(fd, byte.as_mut_ptr().cast(), 1);
+            if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+                libc::_exit(0);
+            }
+            if n < 0 {
+                continue;
+            }
+            let term = libc::open(
+                tty.as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            let pgrp: i32 = if term >= 0 {
+                let p = libc::tcgetpgrp(term);
+                libc::close(term);
+                p
+            } else {
+                -1
+            };
+            libc::write(fd, (&raw const pgrp).cast(), 4);
+            if pgrp < 0 {
+                libc::_exit(0);
+            }
+        }
     }
 }
 
@@ -524,6 +657,8 @@ fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
 struct Pty {
     master: OwnedFd,
     slave: OwnedFd,
+    /// The terminal's path, `/dev/pts/N`.
+    name: std::ffi::CString,
 }
 
 /// Opens a PTY of this size with both ends close-on-exec from the start:
@@ -543,7 +678,12 @@ fn open_pty(rows: u16, cols: u16) -> nix::Result<Pty> {
     )?;
     let master = OwnedFd::from(master);
     set_size(&master, rows, cols);
-    Ok(Pty { master, slave })
+    let name = std::ffi::CString::new(name).map_err(|_| nix::errno::Errno::EINVAL)?;
+    Ok(Pty {
+        master,
+        slave,
+        name,
+    })
 }
 
 /// Why a session did not start.
@@ -574,6 +714,15 @@ fn start(
             Failed::Refused(format!("cannot share the PTY: {e}"))
         })?))
     };
+    let witness = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .ok();
+    let witness_end = witness.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
+    let tty = pty.name.clone();
     let mut cmd = Command::new(program);
     cmd.args(args)
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
@@ -584,7 +733,7 @@ fn start(
     // system calls (signal, setsid, ioctl).
     #[allow(unsafe_code)]
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
             // A terminal's command starts with every signal at its
             // default, however the host was started: an ignored signal
             // survives exec, and a host whose parent ignored SIGHUP or
@@ -600,6 +749,9 @@ fn start(
             if libc::ioctl(0, libc::TIOCSCTTY as _, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            if let Some(fd) = witness_end {
+                fork_witness(fd, &tty);
+            }
             Ok(())
         });
     }
@@ -613,6 +765,7 @@ fn start(
     })?;
     drop(cmd);
     drop(pty.slave);
+    let witness = witness.map(|(ours, _theirs)| Arc::new(ours));
     let pid = child.id();
     let master = Arc::new(pty.master);
     let (input, queued) = std::sync::mpsc::sync_channel::<Vec<u8>>(INPUT_QUEUE);
@@ -646,6 +799,7 @@ fn start(
                 input,
                 pid,
                 spare: spawn.spare,
+                witness,
             },
         );
     let (writer, sessions, poke) = (writer.clone(), sessions.clone(), poke.clone());
@@ -937,8 +1091,53 @@ mod tests {
         let (mut conn, _) = listener.accept().unwrap();
         assert_eq!(read_frame(&mut conn).unwrap().unwrap().kind, kind::HELLO);
         told(&mut conn, true);
+        // The session's Foreground Witness: in the shell's session, no
+        // child of it, holding nothing but its socket. (Other tests'
+        // witnesses may be about, or their zombies: a test's orphans go to
+        // this machine's init, which may not reap; in a sandbox, Lazaret's
+        // init does.)
+        let witnesses = || -> Vec<(u32, String)> {
+            let Ok(dir) = std::fs::read_dir("/proc") else {
+                return Vec::new();
+            };
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    let (comm, rest) = stat.split_once(") ")?;
+                    let session = rest.split(' ').nth(3)?;
+                    let leader = std::fs::read_to_string(format!("/proc/{session}/comm")).ok()?;
+                    (comm.ends_with("(lz-fg-witness")
+                        && !rest.starts_with('Z')
+                        && leader.trim() == "bash")
+                        .then(|| (pid, rest.to_string()))
+                })
+                .collect()
+        };
+        let shell = {
+            let all = witnesses();
+            assert_eq!(all.len(), 1, "{all:?}");
+            let (pid, stat) = &all[0];
+            // state ppid pgrp session ...
+            let f: Vec<&str> = stat.split(' ').collect();
+            assert_eq!(f[2], pid.to_string(), "a process group of its own: {stat}");
+            let fds: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .collect();
+            assert_eq!(fds.len(), 1, "{fds:?}");
+            assert!(fds[0].to_string_lossy().starts_with("socket:"), "{fds:?}");
+            let session: u32 = f[3].parse().unwrap();
+            assert_ne!(f[1], session.to_string(), "a child of the shell: {stat}");
+            session
+        };
         let hup = (nix::sys::signal::Signal::SIGHUP as i32).to_be_bytes();
         conn.write_all(&Frame::new(kind::SIGNAL, 1, hup).encode())
             .unwrap();
+        // It leaves with the session.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !witnesses().is_empty() {
+            assert!(Instant::now() < deadline, "left behind (session {shell})");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

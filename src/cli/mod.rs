@@ -845,6 +845,11 @@ fn doctor_sandbox(
         coordinator = None;
     }
     let report = selftest::run(&engine, &resolved, &name);
+    selftest::record_refusals(
+        &resolved.domain.domain_root(&engine.data_root),
+        &report,
+        true,
+    );
     if let Some(mut c) = coordinator {
         let failed = report.failed().map(|c| c.name.clone()).collect();
         let _ = rt.block_on(c.call(&ClientMsg::SelfTestEnd { failed }));

@@ -261,7 +261,12 @@ impl Shared {
             memory_used: *self.memory_used.lock().expect("lock"),
             memory_limit: Some(self.resolved.profile.limits.memory),
             layer_used: *self.layer_used.lock().expect("lock"),
-            egress_refused: *self.egress_refused.lock().expect("lock"),
+            // The agent's: the self-tests' own refusals left out.
+            egress_refused: self.egress_refused.lock().expect("lock").map(|total| {
+                total.saturating_sub(crate::engine::selftest::refusals_made(
+                    &anchor.domain_root(&self.engine.data_root),
+                ))
+            }),
             hosted: self.hosted.get().map(|h| h.list()).unwrap_or_default(),
             orphaned: false,
         }
@@ -1593,10 +1598,10 @@ async fn serve_session(
             () = async { tokio::time::sleep_until(status_due.unwrap_or_else(tokio::time::Instant::now)).await }, if status_due.is_some() => {
                 status_due = None;
                 changes.borrow_and_update();
-                let mut domain = shared.status();
+                let domain = shared.status();
+                // Only the clock moved: nothing to tell.
                 let unchanged = last_status.as_ref().is_some_and(|last| {
-                    domain.uptime = last.uptime;
-                    *last == domain
+                    *last == DomainStatus { uptime: last.uptime, ..domain.clone() }
                 });
                 if !unchanged {
                     write_frame(stream, &CoordMsg::Status { domain: domain.clone() }).await?;

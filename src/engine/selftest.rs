@@ -55,6 +55,31 @@ const REFUSED_PROBE: &str = "lazaret-selftest.invalid";
 /// The first label of the name probed under an allowed `*.SUFFIX`.
 const ALLOWED_PROBE_LABEL: &str = "lazaret-selftest";
 
+/// How many egress refusals the domain's self-tests made since its
+/// Network Sidecar started (a number): the coordinator leaves them out of
+/// the refusals it reports, which are the agent's.
+fn refusals_file(domain_root: &Path) -> PathBuf {
+    domain_root.join("selftest-refusals")
+}
+
+/// The refusals the domain's self-tests made (0 when none is recorded).
+pub fn refusals_made(domain_root: &Path) -> u64 {
+    std::fs::read_to_string(refusals_file(domain_root))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Records `report`'s refusals: on top of those recorded (`add`), or as
+/// the first of a new sidecar's.
+pub fn record_refusals(domain_root: &Path, report: &Report, add: bool) {
+    let before = if add { refusals_made(domain_root) } else { 0 };
+    let _ = std::fs::write(
+        refusals_file(domain_root),
+        (before + report.refusals()).to_string(),
+    );
+}
+
 /// Where a degraded domain's failed checks are kept while it runs; the
 /// coordinator's status reports them, and the UI marks the sandbox.
 pub fn degraded_file(domain_root: &Path) -> PathBuf {
@@ -365,7 +390,9 @@ pub fn gate(
             "the report holds no check".into(),
         ));
     }
-    let marker = degraded_file(&resolved.domain.domain_root(&engine.data_root));
+    let root = resolved.domain.domain_root(&engine.data_root);
+    record_refusals(&root, &report, false);
+    let marker = degraded_file(&root);
     if report.failed().next().is_none() {
         let _ = std::fs::remove_file(&marker);
         return Ok(());

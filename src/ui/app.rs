@@ -146,6 +146,10 @@ pub struct App {
     /// Each domain's egress refusals (by hash) when the human last had its
     /// network table on screen: the sessions panel shows those since.
     egress_looked: std::collections::HashMap<String, u64>,
+    /// When each domain started, by this machine's clock (its status
+    /// says how long it had been up when it was sent): the sessions panel
+    /// shows the uptime at each draw.
+    domain_started: std::collections::HashMap<String, Instant>,
     /// The live table of a domain (by hash), for the network panel.
     network: Option<(String, NetTable)>,
     /// How the last shell ended (`lazaret shell` exits with it).
@@ -230,6 +234,7 @@ impl App {
             shown_modal: None,
             domains: Vec::new(),
             egress_looked: std::collections::HashMap::new(),
+            domain_started: std::collections::HashMap::new(),
             network: None,
             exit_code: None,
             stopped: None,
@@ -472,6 +477,7 @@ impl App {
             Ev::Inbox { hash, label, msg } => self.inbox_news(hash, label, *msg),
             Ev::InboxGone(hash) => {
                 self.domains.retain(|d| d.hash != hash);
+                self.domain_started.remove(&hash);
                 self.dirty = true;
                 let gone: Vec<String> = self
                     .inboxed
@@ -490,8 +496,14 @@ impl App {
             }
             Ev::Input(Event::Paste(text)) => self.paste(&text),
             Ev::Input(Event::Resize(w, h)) => {
+                let had_network = self.shows(Panel::Network);
                 self.size = Size::new(w, h);
                 self.dirty = true;
+                // Wide enough now for the dashboard: its network table is
+                // read once, as when the panel is opened.
+                if !had_network && self.shows(Panel::Network) {
+                    self.refresh_panel();
+                }
             }
             Ev::Input(Event::Mouse(m)) => self.mouse(&m),
             Ev::Input(_) => {}
@@ -955,6 +967,11 @@ impl App {
             // The sessions panel, from events.
             CoordMsg::Status { domain } => {
                 let refused = domain.egress_refused;
+                if let Some(started) =
+                    Instant::now().checked_sub(Duration::from_secs(domain.uptime))
+                {
+                    self.domain_started.insert(domain.hash.clone(), started);
+                }
                 let before = match self.domains.iter_mut().find(|d| d.hash == domain.hash) {
                     Some(d) => std::mem::replace(d, domain).egress_refused,
                     None => {

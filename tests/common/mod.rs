@@ -593,6 +593,45 @@ pub const CLEAN_MODES: &str = "mouse=0000 cursor=1 alt=0";
 /// terminal's input for a second and show every byte that arrived.
 pub const AFTER_INPUT_CHECK: &str = "echo EXIT=$?; stty -icanon -echo min 0 time 10; head -c 300 | od -An -c | sed 's/^/INPUT:/'; echo INPUT-END; sleep 120";
 
+/// Whether the approval modal on `screen` says `phrase`, wherever its
+/// lines wrap (the modal is as wide as the pane, narrower beside the
+/// dashboard's column): its rows' text between the modal's borders, and
+/// the phrase, compared without whitespace.
+pub fn modal_says(screen: &str, phrase: &str) -> bool {
+    let inside: String = screen
+        .lines()
+        .filter_map(|l| {
+            let start = l.find('┃')? + '┃'.len_utf8();
+            let len = l[start..].find('┃')?;
+            Some(&l[start..start + len])
+        })
+        .collect();
+    let squeeze = |t: &str| t.split_whitespace().collect::<String>();
+    squeeze(&inside).contains(&squeeze(phrase))
+}
+
+/// The focused pane's text (between the borders of the rounded box the
+/// workbench draws around it, `╭╮ ╰╯`), its rows joined without a break:
+/// a line the shell wrapped reads whole again, and nothing of a panel
+/// beside the pane is in it.
+pub fn pane_text(screen: &str) -> String {
+    let mut rows = screen.lines().skip_while(|l| !l.contains('╭'));
+    let Some(top) = rows.next() else {
+        return String::new();
+    };
+    let chars: Vec<char> = top.chars().collect();
+    let left = chars.iter().position(|&c| c == '╭').unwrap_or(0);
+    let right = chars.iter().position(|&c| c == '╮').unwrap_or(chars.len());
+    rows.take_while(|l| !l.contains('╰'))
+        .map(|l| {
+            l.chars()
+                .skip(left + 1)
+                .take(right.saturating_sub(left + 1))
+                .collect::<String>()
+        })
+        .collect()
+}
+
 /// Prefix `!` until the approval modal of `why` shows: the approval inbox
 /// spans every domain of the test user, and other tests' requests may be
 /// older than this one (each press puts the next oldest in front).
@@ -612,15 +651,22 @@ pub fn open_request_by_bang(t: &Tmux, why: &str) -> String {
 }
 
 /// The rows of the sessions panel from domain `hash`'s row to the next
-/// domain's (the whole screen rows: the pane is on their left).
+/// domain's: the screen's rows right of the focused pane (whose shell's
+/// prompt names the container, twelve hex digits as a domain's hash).
 pub fn domain_rows(screen: &str, hash: &str) -> String {
     let is_domain = |l: &str| {
         l.split(|c: char| !c.is_ascii_hexdigit())
             .any(|w| w.len() == 12)
     };
+    let right = screen
+        .lines()
+        .find_map(|l| l.chars().position(|c| c == '╮'))
+        .map_or(0, |edge| edge + 1);
     let mut out = String::new();
     let mut inside = false;
     for line in screen.lines() {
+        let line: String = line.chars().skip(right).collect();
+        let line = line.as_str();
         if line.contains(hash) {
             inside = true;
         } else if inside && is_domain(line) {

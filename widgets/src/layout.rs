@@ -36,11 +36,12 @@ pub struct LayoutChoice {
 }
 
 impl Default for LayoutChoice {
-    /// Off until the panels update from the coordinators' events: always
-    /// on screen, they would be read every two seconds.
+    /// The dashboard on (it shows only where the terminal is wide enough):
+    /// its panels cost nothing while nothing changes, as they update from
+    /// the coordinators' events.
     fn default() -> Self {
         LayoutChoice {
-            dashboard: false,
+            dashboard: true,
             split: DEFAULT_SPLIT,
         }
     }
@@ -249,10 +250,22 @@ mod tests {
         assert!(short.panels.is_empty());
         // Not wanted: as on a narrow one.
         let off = LayoutSpec {
-            choice: LayoutChoice::default(),
+            choice: LayoutChoice {
+                dashboard: false,
+                ..LayoutChoice::default()
+            },
             ..spec(None, false)
         };
         assert!(workbench(Rect::new(0, 0, 200, 50), &off).panels.is_empty());
+        // Wanted by default.
+        let default = LayoutSpec {
+            choice: LayoutChoice::default(),
+            ..spec(None, false)
+        };
+        assert_eq!(
+            workbench(Rect::new(0, 0, 200, 50), &default).panels.len(),
+            3
+        );
     }
 
     #[test]

@@ -286,7 +286,10 @@ impl App {
                 runtime: d.runtime.clone(),
                 gvisor: d.gvisor,
                 sessions: d.sessions.len(),
-                uptime: Duration::from_secs(d.uptime),
+                uptime: self
+                    .domain_started
+                    .get(&d.hash)
+                    .map_or(Duration::from_secs(d.uptime), |t| t.elapsed()),
                 degraded: d.degraded.is_some(),
                 memory: d.memory_used.map(|used| (used, d.memory_limit)),
                 refused: d
