@@ -637,9 +637,32 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
     // The dashboard is the default on a terminal wide enough: the
     // terminal grows, the panels come, the network table read.
     t.resize(180, 45);
-    t.wait_for(20, "the dashboard", |s| {
+    let s = t.wait_for(20, "the dashboard", |s| {
         s.contains("Sessions ·") && s.contains("Network policy · ") && s.contains("Escalations ·")
     });
+    // The mouse drags the border between the pane and the panels 30
+    // columns left (SGR mouse reports: press, drag, release; 1-based),
+    // and the split is kept.
+    let border = |s: &str| {
+        s.lines()
+            .nth(1)
+            .and_then(|l| l.chars().position(|c| c == '╮'))
+    };
+    let x = border(&s).expect("the pane's border");
+    let report = |code: u8, col: usize, end: char| format!("\x1b[<{code};{};12{end}", col + 1);
+    t.send(&["-l", &report(0, x, 'M')]);
+    t.send(&["-l", &report(32, x - 15, 'M')]);
+    t.send(&["-l", &report(32, x - 30, 'M')]);
+    t.send(&["-l", &report(0, x - 30, 'm')]);
+    // (The column's width is a whole percentage of the width.)
+    t.wait_for(20, "the border dragged", |s| {
+        border(s).is_some_and(|b| (x - 32..=x - 30).contains(&b))
+    });
+    let kept = std::fs::read_to_string(d.s.path().join("data/workbench-layout.toml")).unwrap();
+    assert!(
+        kept.contains(&format!("split = {}", (180 - (x - 30)) * 100 / 180)),
+        "{kept}"
+    );
     // A second tab in this domain, a third in another.
     t.send(&["C-a", "c"]);
     t.wait_for(20, "the new-tab dialog", |s| s.contains("Enter open"));

@@ -163,6 +163,8 @@ pub struct App {
     /// `prefix q` asked what becomes of the sessions that would outlive
     /// the workbench; the next key answers.
     quitting: bool,
+    /// The border between the pane and the panels is being dragged.
+    dragging_split: bool,
     seen: Vec<Seen>,
     /// Where answers to the approval inbox go (the workbench only).
     inbox: Option<super::inbox::Routes>,
@@ -245,6 +247,7 @@ impl App {
             quit: false,
             detached: false,
             quitting: false,
+            dragging_split: false,
             dirty: true,
             cursor_style: None,
             stdout_terminal: false,

@@ -53,6 +53,18 @@ impl LayoutChoice {
         let split = (self.split as i16 + delta).clamp(MIN_SPLIT as i16, MAX_SPLIT as i16) as u16;
         LayoutChoice { split, ..self }
     }
+
+    /// The split that puts the panels' column's left edge at `column` of
+    /// a body `width` columns wide from `left` (a drag of the border with
+    /// the mouse), within its bounds.
+    pub fn split_at(self, left: u16, width: u16, column: u16) -> LayoutChoice {
+        let right = u32::from(left) + u32::from(width);
+        let share = (right.saturating_sub(u32::from(column)) * 100)
+            .checked_div(u32::from(width))
+            .unwrap_or(u32::from(DEFAULT_SPLIT));
+        let split = share.clamp(u32::from(MIN_SPLIT), u32::from(MAX_SPLIT)) as u16;
+        LayoutChoice { split, ..self }
+    }
 }
 
 /// What to lay out now.
@@ -279,6 +291,18 @@ mod tests {
         let c = spec(None, false).choice;
         assert_eq!(c.nudged(-100).split, MIN_SPLIT);
         assert_eq!(c.nudged(100).split, MAX_SPLIT);
+        // A drag of the border: where it lets go, within the bounds.
+        assert_eq!(c.split_at(0, 200, 120).split, 40);
+        assert_eq!(c.split_at(0, 200, 199).split, MIN_SPLIT);
+        assert_eq!(c.split_at(0, 200, 0).split, MAX_SPLIT);
+        assert_eq!(c.split_at(0, 0, 0).split, DEFAULT_SPLIT);
+        let dragged = LayoutSpec {
+            choice: c.split_at(0, 200, 120),
+            panel: None,
+            zoom: false,
+        };
+        let at = workbench(Rect::new(0, 0, 200, 50), &dragged);
+        assert_eq!(at.panels[0].1.x, 120);
         let wider = LayoutSpec {
             choice: c.nudged(10),
             panel: None,

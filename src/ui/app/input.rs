@@ -11,6 +11,9 @@ impl App {
     /// The mouse goes to the child only when it asked for it; otherwise
     /// the wheel scrolls the pane's history.
     pub(super) fn mouse(&mut self, m: &MouseEvent) {
+        if self.mode == Mode::Workbench && self.drag_split(m) {
+            return;
+        }
         if self.mode == Mode::Workbench
             && m.kind == MouseEventKind::Down(ratatui::crossterm::event::MouseButton::Left)
             && self.new_tab.is_none()
@@ -42,6 +45,35 @@ impl App {
             }
             _ => {}
         }
+    }
+
+    /// The border between the pane and the panels' column, dragged with
+    /// the left button, moves the split; where it is let go is kept.
+    fn drag_split(&mut self, m: &MouseEvent) -> bool {
+        use ratatui::crossterm::event::MouseButton::Left;
+        let areas = self.areas(self.size);
+        let Some(column) = areas.panels.first().map(|(_, a)| *a) else {
+            self.dragging_split = false;
+            return false;
+        };
+        let (left, width) = (areas.pane.x, areas.pane.width + column.width);
+        // The pane's right border or the column's left one.
+        let on_border = m.column + 1 == column.x || m.column == column.x;
+        match m.kind {
+            MouseEventKind::Down(Left) if on_border && m.row > areas.tabs.y => {
+                self.dragging_split = true;
+            }
+            MouseEventKind::Drag(Left) if self.dragging_split => {
+                self.layout = self.layout.split_at(left, width, m.column);
+                self.dirty = true;
+            }
+            MouseEventKind::Up(Left) if self.dragging_split => {
+                self.dragging_split = false;
+                self.set_layout(self.layout.split_at(left, width, m.column));
+            }
+            _ => return false,
+        }
+        true
     }
 
     pub(super) fn paste(&mut self, text: &str) {

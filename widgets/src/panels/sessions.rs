@@ -201,10 +201,18 @@ impl Widget for SessionsPanel<'_> {
             render_narrow(self.rows, self.selected, inner, buf);
             return;
         }
+        // The column holds a domain's runtime and its sessions' states
+        // (`WAITING 2`, `attached ×2`).
         let runtime_width = self
             .rows
             .iter()
             .map(|r| runtime_label(r).chars().count())
+            .chain(
+                self.rows
+                    .iter()
+                    .flat_map(|r| &r.hosted)
+                    .map(|h| h.state().content.chars().count()),
+            )
             .max()
             .unwrap_or(0)
             .max(7);
