@@ -5,6 +5,7 @@
 //! named after the specification's glossary.
 
 pub mod agents;
+pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -274,6 +274,11 @@ fn main() -> ExitCode {
 /// stdout after [`REPORT_MARKER`](lazaret_escalate::selftest::REPORT_MARKER)
 /// for the host to read from the sandbox's log; then an init that reaps
 /// every orphan re-parented to it until SIGTERM or SIGINT (`podman stop`).
+/// On SIGUSR1 it starts the domain's Session Host (with the token the
+/// coordinator left in the escalation folder) as its own child, and passes
+/// SIGUSR2 on to the hosts it started: a checkpoint of gVisor restores
+/// only what descends from the sandbox's first process, not what `podman
+/// exec` started.
 /// This binary is mounted read-only from the host: nothing the agent
 /// writes into the image or a persistent layer stands between the
 /// self-test and its report.
@@ -298,9 +303,12 @@ fn init(json: Option<&str>) -> ExitCode {
         Signal::SIGTERM,
         Signal::SIGINT,
         Signal::SIGHUP,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
     ] {
         set.add(sig);
     }
+    let mut hosts: Vec<nix::unistd::Pid> = Vec::new();
     if let Err(e) = set.thread_block() {
         return fail(exit::USAGE, format_args!("cannot block signals: {e}"));
     }
@@ -322,12 +330,65 @@ fn init(json: Option<&str>) -> ExitCode {
                     if status == WaitStatus::StillAlive {
                         break;
                     }
+                    if let Some(pid) = status.pid() {
+                        hosts.retain(|h| *h != pid);
+                    }
+                }
+            }
+            Ok(Signal::SIGUSR1) => {
+                if let Some(pid) = start_session_host() {
+                    hosts.push(pid);
+                }
+            }
+            Ok(Signal::SIGUSR2) => {
+                for pid in &hosts {
+                    let _ = nix::sys::signal::kill(*pid, Signal::SIGUSR2);
                 }
             }
             Ok(_) => return ExitCode::SUCCESS,
             Err(_) => {}
         }
     }
+}
+
+/// Starts the Session Host as init's child (confined as `podman exec`
+/// started it before), its standard streams on /dev/null; `None` when the
+/// coordinator left no token or it cannot start.
+fn start_session_host() -> Option<nix::unistd::Pid> {
+    use lazaret_escalate::session_host::{SOCKET_PATH, TOKEN_PATH};
+    let token = std::fs::read_to_string(TOKEN_PATH).ok()?;
+    let token = token.trim();
+    if token.is_empty() {
+        return None;
+    }
+    let mut host = std::process::Command::new(lazaret_escalate::BINARY_PATH);
+    // Not init's blocked signals: the host starts with none blocked.
+    // SAFETY: between fork and exec only sigemptyset and pthread_sigmask,
+    // async-signal-safe, on memory of this frame.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut host, || {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let child = host
+        .args([
+            lazaret_escalate::confine::FLAG,
+            "--",
+            lazaret_escalate::BINARY_PATH,
+            "session-host",
+            SOCKET_PATH,
+            token,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(nix::unistd::Pid::from_raw(child.id() as i32))
 }
 
 fn selftest(json: Option<&str>) -> ExitCode {

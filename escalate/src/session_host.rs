@@ -27,6 +27,12 @@ use serde::{Deserialize, Serialize};
 pub const SOCKET_PATH: &str = "/run/lazaret/sessions.sock";
 /// Its name in the host's escalation folder.
 pub const SOCKET_NAME: &str = "sessions.sock";
+/// Where the sandbox's init reads the token of the Session Host it starts
+/// (the coordinator writes it into the host's escalation folder, then
+/// sends init SIGUSR1).
+pub const TOKEN_PATH: &str = "/run/lazaret/session-host.token";
+/// Its name in the host's escalation folder.
+pub const TOKEN_NAME: &str = "session-host.token";
 /// The largest frame either side sends or accepts.
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Output is read and sent in pieces of at most this much.
@@ -64,6 +70,10 @@ pub mod kind {
     /// No payload: a spare session is a session like the others from now
     /// on (a client asked for one like it).
     pub const CLAIM: u8 = 20;
+    /// No payload: let go of this connection and connect again only when
+    /// woken (SIGUSR2, which the sandbox's init passes on): a checkpoint
+    /// cannot save a connected socket to the host.
+    pub const HOLD: u8 = 21;
 }
 
 /// What the coordinator asks the host to start.
@@ -215,6 +225,12 @@ const INPUT_QUEUE: usize = 256;
 /// none running, or no coordinator within [`RECONNECT_DEADLINE`], every
 /// session is hung up (SIGHUP to its process group) and the host exits.
 pub fn run(socket: &str, token: &str) -> Result<(), String> {
+    // SIGUSR2 wakes a held host: blocked here, before any thread starts
+    // (they inherit the mask), and waited for where the host is held.
+    let wake = nix::sys::signal::SigSet::from(nix::sys::signal::Signal::SIGUSR2);
+    wake.thread_block()
+        .map_err(|e| format!("cannot block SIGUSR2: {e}"))?;
+    let held = std::sync::atomic::AtomicBool::new(false);
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
     let writer: Writer = Arc::default();
     let (poke, pokes) = std::sync::mpsc::channel();
@@ -266,11 +282,18 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
             Ok(())
         })();
         let ended = match greeted {
-            Ok(()) => serve(stream, &writer, &sessions, &poke, &mut heard),
+            Ok(()) => serve(stream, &writer, &sessions, &poke, &mut heard, &held),
             Err(e) => Err(format!("cannot greet the coordinator: {e}")),
         };
         if let Ok(mut w) = writer.lock() {
             *w = None;
+        }
+        if held.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            // Held for a checkpoint: no socket to the host stays open
+            // until the coordinator wakes it (after the save, or in the
+            // restored sandbox, however long after).
+            let _ = wake.wait();
+            continue;
         }
         if !heard && started.elapsed() < FIRST_CONTACT {
             first = true;
@@ -348,6 +371,7 @@ fn serve(
     sessions: &Arc<Mutex<HashMap<u32, Session>>>,
     poke: &Sender<Poke>,
     heard: &mut bool,
+    held: &std::sync::atomic::AtomicBool,
 ) -> Result<(), String> {
     loop {
         let frame = match read_frame(&mut reader) {
@@ -406,6 +430,14 @@ fn serve(
                     s.size = (rows, cols);
                     set_size(&s.master, rows, cols);
                 }
+            }
+            kind::HOLD => {
+                held.store(true, std::sync::atomic::Ordering::SeqCst);
+                // The writer's copy of the socket goes too.
+                if let Ok(mut w) = writer.lock() {
+                    *w = None;
+                }
+                return Ok(());
             }
             kind::CLAIM => {
                 if let Ok(mut all) = sessions.lock()
@@ -730,7 +762,7 @@ fn start(
         .stdout(stdio(&pty.slave)?)
         .stderr(stdio(&pty.slave)?);
     // SAFETY: between fork and exec the child makes only async-signal-safe
-    // system calls (signal, setsid, ioctl).
+    // system calls (signal, sigprocmask, setsid, ioctl, fork).
     #[allow(unsafe_code)]
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
@@ -745,6 +777,13 @@ fn start(
                     libc::signal(sig, libc::SIG_DFL);
                 }
             }
+            // And none blocked: the sandbox's init, whose child the host
+            // is, blocks the signals it waits for, and a blocked mask
+            // survives exec too (SIGINT blocked: Ctrl-C would not reach a
+            // command).
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             if libc::ioctl(0, libc::TIOCSCTTY as _, 0) != 0 {
                 return Err(std::io::Error::last_os_error());

@@ -1,6 +1,7 @@
 //! The `lazaret` command line. Each subcommand is a thin layer over the
 //! library; errors carry context saying what failed and what to do.
 
+mod checkpoint;
 mod complete;
 mod init;
 mod network;
@@ -149,6 +150,23 @@ enum Command {
     /// List every running domain of this user: profile, workspace, runtime,
     /// sessions, uptime. Works from any folder.
     Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Save the running domain's sandbox (every process, its memory, its
+    /// open files; gVisor only) under the Domain Root; the sandbox runs on.
+    Checkpoint {
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Its name (letters, digits, `.`, `_`, `-`); the time by default.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the domain's checkpoints: name, when, size.
+    Checkpoints {
+        #[command(flatten)]
+        domain: DomainArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -547,6 +565,8 @@ pub fn run() -> Result<ExitCode> {
             &command,
         )),
         Command::Status { json } => session::status(&env, json),
+        Command::Checkpoint { domain, name } => checkpoint::take(cli.config, &env, &domain, name),
+        Command::Checkpoints { domain, json } => checkpoint::list(cli.config, &env, &domain, json),
         Command::Down { domain, all, purge } => session::down(
             &cli.config,
             &env,

@@ -237,6 +237,9 @@ struct State {
     /// The spare session, once it runs.
     spare: Option<Spare>,
     making_spare: bool,
+    /// The host was asked to let go of its connection for a checkpoint:
+    /// its sessions run on, and no other host is started meanwhile.
+    held: bool,
 }
 
 /// What a spare session runs, and at which size it was made.
@@ -315,6 +318,8 @@ pub struct Hosted {
     /// Bumped when what [`Hosted::list`] shows changes (the coordinator's
     /// status watchers).
     changes: watch::Sender<u64>,
+    /// Told when a held host has let go of its connection.
+    released: tokio::sync::Notify,
 }
 
 /// Connections to the host socket that have not greeted yet, oldest
@@ -366,15 +371,80 @@ impl Hosted {
             token_file,
             taken: std::sync::OnceLock::new(),
             changes,
+            released: tokio::sync::Notify::new(),
         });
         tokio::spawn(hosted.clone().accept(listener));
         Ok((hosted, events_rx))
+    }
+
+    /// Asks the Session Host to let go of its connection (a checkpoint
+    /// cannot save a connected socket to the host) and waits until it has;
+    /// `false` when no host is connected. Until [`Hosted::wake`], no
+    /// other host is started.
+    pub async fn hold(&self) -> Result<bool, String> {
+        let released = self.released.notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        let link = {
+            let mut state = self.state.lock().expect("lock");
+            state.held = true;
+            state.link.clone()
+        };
+        let Some(link) = link else {
+            return Ok(false);
+        };
+        link.send(Frame::new(kind::HOLD, 0, Vec::new()))
+            .await
+            .map_err(|_| "the Session Host's connection ended".to_string())?;
+        tokio::time::timeout(HOST_DEADLINE, released)
+            .await
+            .map_err(|_| "the Session Host did not let go of its connection".to_string())?;
+        Ok(true)
+    }
+
+    /// Wakes a held host (init passes SIGUSR2 on to it) and, when `was_held`,
+    /// waits until it is connected again.
+    pub async fn wake(&self, sandbox: &str, was_held: bool) -> Result<(), String> {
+        let mut connected = self.connected.subscribe();
+        let before = *connected.borrow_and_update();
+        self.state.lock().expect("lock").held = false;
+        if !was_held {
+            return Ok(());
+        }
+        let sandbox = sandbox.to_string();
+        tokio::task::spawn_blocking(move || {
+            crate::podman::Podman::default()
+                .run(["kill", "--signal", "USR2", &sandbox])
+                .map_err(|e| format!("cannot wake the Session Host: {e}"))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        tokio::time::timeout(HOST_DEADLINE, async {
+            while *connected.borrow_and_update() == before {
+                if connected.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .map_err(|_| "the Session Host did not come back".to_string())
+    }
+
+    /// The token the Session Host greets with.
+    pub fn token(&self) -> Option<String> {
+        self.state.lock().expect("lock").token.clone()
     }
 
     /// The domain is down: its socket and the host's token go.
     pub fn forget(&self) {
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_file(&self.token_file);
+        let _ = std::fs::remove_file(self.host_token_file());
+    }
+
+    /// The token for the sandbox's init ([`wire::TOKEN_PATH`] inside).
+    fn host_token_file(&self) -> PathBuf {
+        self.socket.with_file_name(wire::TOKEN_NAME)
     }
 
     /// How to tell a session id the coordinator knows already.
@@ -671,6 +741,12 @@ impl Hosted {
             }
             state.link = None;
             state.spawns.clear();
+            if state.held {
+                // Let go on purpose: its sessions are not lost.
+                drop(state);
+                self.released.notify_waiters();
+                return;
+            }
             state
                 .sessions
                 .values()
@@ -738,8 +814,16 @@ impl Hosted {
             return Ok(link);
         }
         let _one = self.launching.lock().await;
-        if let Some(link) = self.state.lock().expect("lock").link.clone() {
-            return Ok(link);
+        {
+            let state = self.state.lock().expect("lock");
+            if let Some(link) = state.link.clone() {
+                return Ok(link);
+            }
+            if state.held {
+                return Err(
+                    "a checkpoint of the sandbox is being taken; try again in a moment".into(),
+                );
+            }
         }
         let sandbox = self
             .sandbox
@@ -748,38 +832,19 @@ impl Hosted {
             .clone()
             .ok_or("the sandbox is not running yet")?;
         let token = uuid::Uuid::new_v4().simple().to_string();
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&self.token_file)
-                .map_err(|e| format!("cannot write {}: {e}", self.token_file.display()))?;
-            f.write_all(token.as_bytes())
-                .map_err(|e| format!("cannot write {}: {e}", self.token_file.display()))?;
+        // Kept in the Domain Root for a coordinator that replaces this one,
+        // and in the escalation folder for the sandbox's init, which starts
+        // the host as its own child (so a checkpoint keeps its sessions).
+        for file in [&self.token_file, &self.host_token_file()] {
+            write_private(file, &token)?;
         }
         let mut connected = self.connected.subscribe();
         let before = *connected.borrow_and_update();
         self.state.lock().expect("lock").token = Some(token.clone());
-        let args = vec![
-            "exec".to_string(),
-            "--detach".into(),
-            sandbox,
-            lazaret_escalate::BINARY_PATH.into(),
-            lazaret_escalate::confine::FLAG.into(),
-            "--".into(),
-            lazaret_escalate::BINARY_PATH.into(),
-            "session-host".into(),
-            wire::SOCKET_PATH.into(),
-            token,
-        ];
         let started = tokio::task::spawn_blocking(move || {
             crate::podman::Podman::default()
-                .run(args)
-                .map_err(|e| format!("cannot start the Session Host in the sandbox: {e}"))
+                .run(["kill", "--signal", "USR1", &sandbox])
+                .map_err(|e| format!("cannot ask the sandbox to start its Session Host: {e}"))
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -1199,6 +1264,20 @@ async fn write_frames(mut w: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Rec
             return;
         }
     }
+}
+
+/// Writes `text` to `path`, readable by the user alone.
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -51,6 +51,11 @@ pub enum ClientMsg {
     SelfTestEnd {
         failed: Vec<String>,
     },
+    /// Save the running sandbox, memory and processes, as checkpoint
+    /// `name` (its time when `None`); answered `Checkpointed` or `Error`.
+    Checkpoint {
+        name: Option<String>,
+    },
     /// Allow (or deny) egress to `target` (a CIDR, an address or a host
     /// name pattern) in the running domain. The coordinator applies changes
     /// one at a time, audits each (`policy-change`) and answers
@@ -143,6 +148,11 @@ pub enum CoordMsg {
         records: u64,
         first_bad: Option<u64>,
         why: Option<String>,
+    },
+    /// Answers `Checkpoint`: where it is kept, and what it is.
+    Checkpointed {
+        path: String,
+        checkpoint: crate::checkpoint::Checkpoint,
     },
     /// Answers `SelfTestStart` (`escalation_probe` is `None`) and
     /// `SelfTestEnd` (what the socket saw of the probe, when it has one).

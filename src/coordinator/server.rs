@@ -849,6 +849,134 @@ impl Shared {
     /// A `PolicyChange` from `by`: applied in the Network Sidecar (under
     /// `policy_change`), audited as `policy-change` whatever became of it,
     /// and answered with the table after it or why nothing changed.
+    /// Saves the running sandbox as a checkpoint (one at a time, as
+    /// policy changes are), audited either way.
+    async fn checkpoint(&self, name: Option<String>, by: StoppedBy) -> CoordMsg {
+        let _one_at_a_time = self.policy_change.lock().await;
+        let result = self.take_checkpoint(name).await;
+        let (record, reply) = match result {
+            Ok((path, checkpoint)) => (
+                serde_json::json!({
+                    "name": checkpoint.name, "bytes": checkpoint.bytes,
+                    "held_ms": checkpoint.held_ms, "by": by.command, "pid": by.pid,
+                }),
+                CoordMsg::Checkpointed { path, checkpoint },
+            ),
+            Err(message) => (
+                serde_json::json!({ "refused": message, "by": by.command, "pid": by.pid }),
+                CoordMsg::Error { message },
+            ),
+        };
+        self.audit("checkpoint", record).await;
+        reply
+    }
+
+    async fn take_checkpoint(
+        &self,
+        name: Option<String>,
+    ) -> Result<(String, crate::checkpoint::Checkpoint), String> {
+        use crate::checkpoint;
+        let Some(sandbox) = self.sandbox.lock().expect("lock").clone() else {
+            return Err("the sandbox is still starting; try again when it is up".into());
+        };
+        if !sandbox.is_gvisor() {
+            return Err(format!(
+                "profile {} runs under {}: only gVisor (runsc) can save a sandbox's memory and processes",
+                self.resolved.profile.name,
+                sandbox.runtime.as_str()
+            ));
+        }
+        let name = match name {
+            Some(n) => {
+                checkpoint::check_name(&n)?;
+                n
+            }
+            None => checkpoint::default_name(std::time::SystemTime::now()),
+        };
+        let root = self.resolved.domain.domain_root(&self.engine.data_root);
+        let dir = checkpoint::dir(&root, &name);
+        if dir.exists() {
+            return Err(format!(
+                "the domain has a checkpoint named {name} already; give another name (--name)"
+            ));
+        }
+        // What gVisor cannot bring back, or save.
+        let views = self
+            .hosted
+            .get()
+            .map(|h| h.viewer_conns())
+            .unwrap_or_default();
+        let plain: Vec<String> = self
+            .sessions
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(conn, _)| **conn < super::hosted::CONN_BASE && !views.contains(conn))
+            .map(|(_, s)| format!("{} (pid {})", s.info.purpose, s.info.pid))
+            .collect();
+        if !plain.is_empty() {
+            return Err(format!(
+                "sessions started with `podman exec` run in the sandbox ({}); gVisor cannot bring them back from a checkpoint: end them, or work in the workbench's sessions, which can",
+                plain.join(", ")
+            ));
+        }
+        if !self.pending.lock().expect("lock").is_empty() {
+            return Err(
+                "an escalation request waits for an answer (its connection to the host cannot be saved): answer it first"
+                    .into(),
+            );
+        }
+        let hosted = self.hosted.get().cloned();
+        let started = Instant::now();
+        let held = match &hosted {
+            Some(h) => h.hold().await,
+            None => Ok(false),
+        };
+        let saved = match &held {
+            Err(e) => Err(e.clone()),
+            Ok(_) => {
+                let podman = self.engine.podman.clone();
+                let (name, wrapper, memory) = (
+                    sandbox.name.clone(),
+                    sandbox.runtime_path.clone(),
+                    dir.join("memory"),
+                );
+                tokio::task::spawn_blocking(move || {
+                    checkpoint::save(&podman, &name, &wrapper, &memory)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+            }
+        };
+        let held_ms = started.elapsed().as_millis() as u64;
+        let woke = match &hosted {
+            Some(h) => h.wake(&sandbox.name, held == Ok(true)).await,
+            None => Ok(()),
+        };
+        let bytes = match saved {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        woke.map_err(|e| format!("the checkpoint {name} was saved, but {e}"))?;
+        let made = checkpoint::Checkpoint {
+            name,
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            bytes,
+            held_ms,
+            host_token: hosted.and_then(|h| h.token()).unwrap_or_default(),
+        };
+        let json = serde_json::to_string_pretty(&made).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("checkpoint.json"), json)
+            .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        Ok((dir.display().to_string(), made))
+    }
+
     async fn change_policy(
         &self,
         target: String,
@@ -1703,6 +1831,10 @@ async fn serve_session(
             } => {
                 let by = stopped_by(frames.get_ref().as_ref());
                 shared.change_policy(target, allow, origin, by).await
+            }
+            ClientMsg::Checkpoint { name } => {
+                let by = stopped_by(frames.get_ref().as_ref());
+                shared.checkpoint(name, by).await
             }
             ClientMsg::Hello { .. } => CoordMsg::Error {
                 message: "already said hello".into(),

@@ -1,0 +1,174 @@
+//! Checkpoints of a running Agent Sandbox (issue 30): gVisor saves the
+//! whole sandbox, every process with its memory and open files, while it
+//! keeps running. Each checkpoint lives in the Domain Root,
+//! `checkpoints/NAME/` (0700): `memory/` is runsc's image, `checkpoint.json`
+//! what Lazaret knows of it.
+//!
+//! What can be saved (measured with runsc 20240729): processes that
+//! descend from the sandbox's first process (the Session Host is init's
+//! child for this reason; a `podman exec` process is not brought back by a
+//! restore, so a checkpoint refuses while a plain session runs), and no
+//! connected socket to the host (the Session Host lets go of its
+//! connection for the save, the coordinator refuses while an escalation
+//! request is open).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::podman::Podman;
+
+/// What Lazaret records of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub name: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    /// The size of runsc's image on disk.
+    pub bytes: u64,
+    /// How long the sandbox was held for it (its Session Host without a
+    /// connection, its processes paused by runsc for part of it).
+    pub held_ms: u64,
+    /// The Session Host's token at the save: the restored host greets
+    /// with it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_token: String,
+}
+
+/// The domain's checkpoints folder.
+pub fn root(domain_root: &Path) -> PathBuf {
+    domain_root.join("checkpoints")
+}
+
+/// A checkpoint's folder.
+pub fn dir(domain_root: &Path, name: &str) -> PathBuf {
+    root(domain_root).join(name)
+}
+
+/// A name the user may give: letters, digits, `.`, `_` and `-`, 1 to 64,
+/// not starting with a dot (it names a folder).
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a checkpoint name: use 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `.`"
+        ))
+    }
+}
+
+/// The name given when none is: the UTC time, to the second.
+pub fn default_name(now: std::time::SystemTime) -> String {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil conversion (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The domain's checkpoints, oldest first.
+pub fn list(domain_root: &Path) -> Vec<Checkpoint> {
+    let Ok(entries) = std::fs::read_dir(root(domain_root)) else {
+        return Vec::new();
+    };
+    let mut all: Vec<Checkpoint> = entries
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.ok()?.path().join("checkpoint.json")).ok()?;
+            serde_json::from_str(&text).ok()
+        })
+        .collect();
+    all.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    all
+}
+
+/// Saves the running sandbox `sandbox` into `memory` (which must not
+/// exist), leaving it running: runsc's own `checkpoint`, through the
+/// runtime wrapper podman runs the sandbox with, in the user's namespace
+/// (where podman's runsc keeps its state). Returns the image's size.
+pub fn save(podman: &Podman, sandbox: &str, wrapper: &str, memory: &Path) -> Result<u64, String> {
+    let id = podman
+        .run(["inspect", "--format", "{{.Id}}", sandbox])
+        .map_err(|e| format!("cannot find the sandbox {sandbox}: {e}"))?;
+    let id = id.trim();
+    create_private_dir(memory)?;
+    let image = format!("--image-path={}", memory.display());
+    podman
+        .run([
+            "unshare",
+            wrapper,
+            "checkpoint",
+            &image,
+            "--leave-running",
+            id,
+        ])
+        .map_err(|e| format!("runsc could not save the sandbox: {e}"))?;
+    Ok(size_of(memory))
+}
+
+/// Creates `dir` (and its parents) readable by the user alone.
+pub fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+/// Bytes of the files under `path`.
+fn size_of(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| size_of(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_folder_names_and_default_to_the_time() {
+        assert!(check_name("before-migration_2.1").is_ok());
+        for bad in ["", ".hidden", "a/b", "..", "x y", &"a".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_300_000);
+        assert_eq!(default_name(t), "20261203-121320");
+        assert_eq!(default_name(std::time::UNIX_EPOCH), "19700101-000000");
+    }
+}

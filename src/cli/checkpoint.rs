@@ -1,0 +1,103 @@
+//! `lazaret checkpoint` and `lazaret checkpoints` (issue 30).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use super::{DomainArgs, engine, resolve};
+use crate::coordinator::protocol::{ClientMsg, CoordMsg};
+use crate::host::HostEnv;
+use crate::rundir::RuntimeDir;
+
+/// Asks the domain's coordinator to save the running sandbox.
+pub fn take(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    name: Option<String>,
+) -> Result<ExitCode> {
+    let (_, resolved) = resolve(explicit, env, d)?;
+    if let Some(n) = &name {
+        crate::checkpoint::check_name(n).map_err(anyhow::Error::msg)?;
+    }
+    let control = resolved
+        .domain
+        .control_socket(&RuntimeDir::ensure(&RuntimeDir::locate(env))?);
+    let rt = crate::client::session::runtime()?;
+    let Ok(mut coordinator) = rt.block_on(crate::client::session::query(&control)) else {
+        bail!(
+            "the domain of profile {} for {} is not running: start it (`lazaret ui`), then take the checkpoint",
+            resolved.profile.name,
+            resolved.domain.workspace().display()
+        );
+    };
+    match rt.block_on(coordinator.call(&ClientMsg::Checkpoint { name }))? {
+        CoordMsg::Checkpointed { path, checkpoint } => {
+            println!(
+                "checkpoint {} of domain {}: {} in {} (the sandbox was held {} ms, and runs on)",
+                checkpoint.name,
+                resolved.domain.hash(),
+                show_bytes(checkpoint.bytes),
+                path,
+                checkpoint.held_ms
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        CoordMsg::Error { message } => bail!("no checkpoint was taken: {message}"),
+        other => bail!("the coordinator answered {other:?}"),
+    }
+}
+
+/// Lists the domain's checkpoints.
+pub fn list(
+    explicit: Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    json: bool,
+) -> Result<ExitCode> {
+    let (config, resolved) = resolve(explicit, env, d)?;
+    let root = resolved
+        .domain
+        .domain_root(&engine(&config, env)?.data_root);
+    let all = crate::checkpoint::list(&root);
+    if json {
+        // The Session Host's token stays in the Domain Root.
+        let shown: Vec<serde_json::Value> = all
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name, "created": c.created, "bytes": c.bytes,
+                    "held_ms": c.held_ms,
+                    "path": crate::checkpoint::dir(&root, &c.name),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&shown)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if all.is_empty() {
+        println!(
+            "no checkpoints of domain {} (`lazaret checkpoint` takes one)",
+            resolved.domain.hash()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<24} {:<20} {:>10}", "NAME", "TAKEN (UTC)", "SIZE");
+    for c in &all {
+        let taken = crate::checkpoint::default_name(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.created),
+        );
+        println!("{:<24} {:<20} {:>10}", c.name, taken, show_bytes(c.bytes));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
+        n if n >= 1 << 10 => format!("{:.0} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}

@@ -1,0 +1,116 @@
+//! Checkpoints of a running sandbox (issue 30), as the user takes them:
+//! `lazaret checkpoint` beside a workbench whose shell runs a counter.
+//! The sandbox runs on, the shell still answers, the counter still counts;
+//! what gVisor could not bring back (a `podman exec` session) and runc are
+//! refused with the reason. Restore and fork are not built yet.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::sandbox::Domain;
+use common::text;
+
+/// The counter's value, read from inside.
+fn count(d: &Domain) -> u64 {
+    let (_, out, _) = d.sh("cat /tmp/count");
+    out.trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
+    let d = Domain::new("gv");
+    let ui = d.tmux(120, 30, "ui -p gv", Some("echo EXIT=$?; sleep 600"));
+    ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
+    ui.line("clear; (i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) &");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&d) < 5 {
+        assert!(Instant::now() < deadline, "the counter does not count");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The Session Host is the sandbox's init's child: what descends from
+    // init is what gVisor restores.
+    let (_, ps, _) = d.sh("ps -eo ppid=,args= | grep '[s]ession-host'");
+    assert!(
+        ps.lines()
+            .next()
+            .is_some_and(|l| l.trim().starts_with("1 ")),
+        "{ps}"
+    );
+
+    let out = d.lazaret(&["checkpoint", "--name", "first"]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(
+        o.contains("checkpoint first of domain") && o.contains("runs on"),
+        "{o}"
+    );
+
+    // The shell answers, the counter counts on.
+    ui.line("clear; echo AFTER-$((6*7))");
+    ui.wait_for(30, "the shell after the checkpoint", |s| {
+        s.contains("AFTER-42")
+    });
+    let before = count(&d);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(count(&d) > before, "the counter stopped");
+
+    // Listed, with its size, private to the user.
+    let out = d.lazaret(&["checkpoints", "--json"]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    let list: Vec<serde_json::Value> = serde_json::from_str(&o).unwrap();
+    assert_eq!(list.len(), 1, "{o}");
+    assert_eq!(list[0]["name"], "first");
+    assert!(list[0]["bytes"].as_u64().unwrap_or(0) > 100_000, "{o}");
+    assert!(!o.contains("token"), "{o}");
+    let dir = d.domain_root().join("checkpoints/first");
+    let mode = std::fs::metadata(dir.join("memory"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "{mode:o}");
+    // The same name again is refused; so is a name that is a path.
+    let out = d.lazaret(&["checkpoint", "--name", "first"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("already"), "{:?}", text(&out));
+    let out = d.lazaret(&["checkpoint", "--name", "../x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("not a checkpoint name"),
+        "{:?}",
+        text(&out)
+    );
+
+    // A plain `podman exec` session: gVisor could not bring it back.
+    let mut holder = d.hold_up();
+    let out = d.lazaret(&["checkpoint", "--name", "second"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}");
+    assert!(e.contains("podman exec"), "{e}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let audited: Vec<_> = d
+        .audit_json()
+        .into_iter()
+        .filter(|r| r["kind"] == "checkpoint")
+        .collect();
+    assert!(audited.len() >= 3, "{audited:?}");
+    assert_eq!(audited[0]["data"]["name"], "first");
+    ui.quit_ending_sessions();
+}
+
+#[test]
+fn runc_cannot_take_a_checkpoint() {
+    let d = Domain::new("rc");
+    let mut holder = d.hold_up();
+    let out = d.lazaret(&["checkpoint"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}");
+    assert!(e.contains("only gVisor"), "{e}");
+    assert!(!d.domain_root().join("checkpoints").exists());
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
