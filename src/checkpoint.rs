@@ -33,6 +33,19 @@ pub struct Checkpoint {
     /// with it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host_token: String,
+    /// The sandbox's `TERM` (its terminfo entry is one of its mounts, and
+    /// a restore needs the mounts the saved sandbox had).
+    #[serde(default)]
+    pub term: String,
+}
+
+/// What a domain's start must restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    /// runsc's image folder.
+    pub memory: PathBuf,
+    /// The `TERM` the saved sandbox was started with.
+    pub term: String,
 }
 
 /// The domain's checkpoints folder.
@@ -88,6 +101,41 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Where `lazaret restore` asks the domain's next start to restore a
+/// checkpoint (its name).
+fn request_file(domain_root: &Path) -> PathBuf {
+    domain_root.join("restore-request")
+}
+
+/// Asks the domain's next start to come back from checkpoint `name`, and
+/// the coordinator to take its Session Host back (its token).
+pub fn request(domain_root: &Path, c: &Checkpoint) -> Result<(), String> {
+    let write = |path: PathBuf, text: &str| {
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    write(domain_root.join("session-host.token"), &c.host_token)?;
+    let request = Restore {
+        memory: dir(domain_root, &c.name).join("memory"),
+        term: c.term.clone(),
+    };
+    write(
+        request_file(domain_root),
+        &serde_json::to_string(&request).map_err(|e| e.to_string())?,
+    )
+}
+
+/// The image folder of the checkpoint the domain's start must restore,
+/// once: the request is gone after this call. None without a request, or
+/// when it names no checkpoint of this domain.
+pub fn take_request(domain_root: &Path) -> Option<Restore> {
+    let file = request_file(domain_root);
+    let text = std::fs::read_to_string(&file).ok()?;
+    let _ = std::fs::remove_file(&file);
+    let request: Restore = serde_json::from_str(&text).ok()?;
+    // Only a checkpoint of this domain.
+    (request.memory.starts_with(root(domain_root)) && request.memory.is_dir()).then_some(request)
 }
 
 /// The domain's checkpoints, oldest first.

@@ -2,7 +2,10 @@
 //! `lazaret checkpoint` beside a workbench whose shell runs a counter.
 //! The sandbox runs on, the shell still answers, the counter still counts;
 //! what gVisor could not bring back (a `podman exec` session) and runc are
-//! refused with the reason. Restore and fork are not built yet.
+//! refused with the reason. `lazaret restore` brings the domain back as
+//! the checkpoint: the counter counts on from its saved value, a file
+//! written after the save is gone, the shell is a session again. Fork is
+//! not built yet.
 
 mod common;
 
@@ -39,6 +42,7 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         "{ps}"
     );
 
+    let before_save = count(&d);
     let out = d.lazaret(&["checkpoint", "--name", "first"]);
     let (o, e) = text(&out);
     assert!(out.status.success(), "{o}{e}");
@@ -46,6 +50,9 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         o.contains("checkpoint first of domain") && o.contains("runs on"),
         "{o}"
     );
+    let after_save = count(&d);
+    // Written after the save: not in the checkpoint.
+    assert_eq!(d.sh("echo later > /tmp/after-the-checkpoint").0, 0);
 
     // The shell answers, the counter counts on.
     ui.line("clear; echo AFTER-$((6*7))");
@@ -53,8 +60,11 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         s.contains("AFTER-42")
     });
     let before = count(&d);
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(count(&d) > before, "the counter stopped");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(&d) <= before {
+        assert!(Instant::now() < deadline, "the counter stopped");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Listed, with its size, private to the user.
     let out = d.lazaret(&["checkpoints", "--json"]);
@@ -99,7 +109,47 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         .collect();
     assert!(audited.len() >= 3, "{audited:?}");
     assert_eq!(audited[0]["data"]["name"], "first");
-    ui.quit_ending_sessions();
+
+    // Restore: the workbench leaves its session running; the domain is
+    // taken down and comes back as the checkpoint.
+    while count(&d) < after_save + 40 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ui.send(&["C-a", "d"]);
+    ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
+    let out = d.lazaret_raw(&["restore", "first", "-p", "gv"]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains("is checkpoint first again"), "{o}");
+    // The counter counts on from where it was saved, in memory.
+    let restored = count(&d);
+    assert!(
+        restored >= before_save && restored < after_save + 40,
+        "saved between {before_save} and {after_save}, restored at {restored}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(&d) <= restored {
+        assert!(
+            Instant::now() < deadline,
+            "the restored counter does not count"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, _) = d.sh("test -e /tmp/after-the-checkpoint");
+    assert_ne!(code, 0, "a file written after the checkpoint is back");
+    // Its shell is a session of the domain again, to attach to.
+    let status = d.status().expect("the restored domain is listed");
+    assert_eq!(
+        status["hosted"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+    let up: Vec<_> = d
+        .audit_json()
+        .into_iter()
+        .filter(|r| r["kind"] == "domain-up")
+        .collect();
+    assert_eq!(up.last().unwrap()["data"]["restored"], true, "{up:?}");
 }
 
 #[test]
@@ -111,6 +161,9 @@ fn runc_cannot_take_a_checkpoint() {
     assert!(!out.status.success(), "{o}");
     assert!(e.contains("only gVisor"), "{e}");
     assert!(!d.domain_root().join("checkpoints").exists());
+    let out = d.lazaret_raw(&["restore", "any", "-p", "rc"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("only gVisor"), "{:?}", text(&out));
     let _ = holder.kill();
     let _ = holder.wait();
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use super::{DomainArgs, engine, resolve};
 use crate::coordinator::protocol::{ClientMsg, CoordMsg};
@@ -100,4 +100,70 @@ fn show_bytes(n: u64) -> String {
         n if n >= 1 << 10 => format!("{:.0} KiB", n as f64 / 1024.0),
         n => format!("{n} B"),
     }
+}
+
+/// Brings the domain back as checkpoint `name`: the running domain (if
+/// any) is taken down, and its next start restores the checkpoint instead
+/// of starting fresh; that start happens now, and this returns once the
+/// restored domain is up (its sessions hold it up after).
+pub fn restore(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    name: &str,
+) -> Result<ExitCode> {
+    let (config, resolved) = resolve(explicit.clone(), env, d)?;
+    if !resolved.profile.runtime.is_gvisor() {
+        bail!(
+            "profile {} runs under {}: only gVisor (runsc) can restore a checkpoint",
+            resolved.profile.name,
+            resolved.profile.runtime.as_str()
+        );
+    }
+    crate::checkpoint::check_name(name).map_err(anyhow::Error::msg)?;
+    let root = resolved
+        .domain
+        .domain_root(&engine(&config, env)?.data_root);
+    let Some(chosen) = crate::checkpoint::list(&root)
+        .into_iter()
+        .find(|c| c.name == name)
+    else {
+        bail!(
+            "domain {} has no checkpoint named {name}; `lazaret checkpoints` lists them",
+            resolved.domain.hash()
+        );
+    };
+    let (profile, workspace) = (d.profile(), d.workspace.as_deref());
+    let (_, ctx, _) = crate::client::context(explicit, env, profile, workspace)?;
+    let rt = crate::client::session::runtime()?;
+    if rt
+        .block_on(crate::client::session::query(&ctx.control_socket))
+        .is_ok()
+    {
+        println!(
+            "taking domain {} down: it comes back as checkpoint {name}",
+            resolved.domain.hash()
+        );
+        super::session::down(explicit, env, profile, workspace, false, false)?;
+    }
+    crate::checkpoint::request(&root, &chosen).map_err(anyhow::Error::msg)?;
+    let started = std::time::Instant::now();
+    let session = crate::client::session::SessionAnchor::new()?;
+    let hello = session.hello("restore", false);
+    let mut progress = crate::client::session::step_printer();
+    let client = rt
+        .block_on(crate::coordinator::client::connect(
+            &ctx,
+            &hello,
+            true,
+            &mut progress,
+        ))
+        .with_context(|| format!("cannot restore domain {}", resolved.domain.hash()))?;
+    drop(client);
+    println!(
+        "domain {} is checkpoint {name} again, its processes running ({} ms); `lazaret attach` lists its sessions",
+        resolved.domain.hash(),
+        started.elapsed().as_millis()
+    );
+    Ok(ExitCode::SUCCESS)
 }

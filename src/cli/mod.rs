@@ -163,6 +163,18 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Bring the domain back as checkpoint NAME (gVisor only): the running
+    /// domain is taken down, and the sandbox restored with its processes.
+    Restore {
+        /// The checkpoint (`lazaret checkpoints` lists them).
+        name: String,
+        /// Profile (default: `default_profile`, or the only profile).
+        #[arg(long, short = 'p', value_name = "PROFILE")]
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+    },
     /// List the domain's checkpoints: name, when, size.
     Checkpoints {
         #[command(flatten)]
@@ -567,6 +579,18 @@ pub fn run() -> Result<ExitCode> {
         Command::Status { json } => session::status(&env, json),
         Command::Checkpoint { domain, name } => checkpoint::take(cli.config, &env, &domain, name),
         Command::Checkpoints { domain, json } => checkpoint::list(cli.config, &env, &domain, json),
+        Command::Restore {
+            name,
+            profile,
+            workspace,
+        } => {
+            let domain = DomainArgs {
+                profile: None,
+                profile_flag: profile,
+                workspace,
+            };
+            checkpoint::restore(&cli.config, &env, &domain, &name)
+        }
         Command::Down { domain, all, purge } => session::down(
             &cli.config,
             &env,

@@ -430,6 +430,25 @@ impl Hosted {
         .map_err(|_| "the Session Host did not come back".to_string())
     }
 
+    /// Waits (up to `patience`) until the host has told of a running
+    /// session.
+    pub async fn await_sessions(&self, patience: Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        while tokio::time::Instant::now() < deadline {
+            let any = self
+                .state
+                .lock()
+                .expect("lock")
+                .sessions
+                .values()
+                .any(|s| s.info.exited.is_none());
+            if any {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The token the Session Host greets with.
     pub fn token(&self) -> Option<String> {
         self.state.lock().expect("lock").token.clone()

@@ -576,9 +576,22 @@ async fn serve(
                     if let Some(seen) = probe {
                         up["escalation_probe"] = probe_outcome(seen).into();
                     }
+                    if sandbox.restored {
+                        up["restored"] = true.into();
+                    }
                     shared.audit("domain-up", up).await;
                     if let Some(hosted) = shared.hosted.get() {
                         hosted.set_sandbox(&sandbox.name);
+                        if sandbox.restored {
+                            // The restored Session Host was held at the
+                            // save: woken, and its sessions adopted, before
+                            // the first client is let in (they hold the
+                            // domain up once it leaves).
+                            match hosted.wake(&sandbox.name, true).await {
+                                Ok(()) => hosted.await_sessions(Duration::from_secs(5)).await,
+                                Err(e) => log(&format!("the restored Session Host: {e}")),
+                            }
+                        }
                         let hosted = hosted.clone();
                         tokio::spawn(async move { hosted.await_returning().await });
                     }
@@ -970,6 +983,8 @@ impl Shared {
             bytes,
             held_ms,
             host_token: hosted.and_then(|h| h.token()).unwrap_or_default(),
+            // As the engine chose it when it started the sandbox.
+            term: std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into()),
         };
         let json = serde_json::to_string_pretty(&made).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("checkpoint.json"), json)

@@ -225,6 +225,8 @@ pub struct Sandbox {
     /// The container as podman reported it when this process started it
     /// (none when the domain was found running).
     pub started: Option<teardown::Inspected>,
+    /// Brought back from a checkpoint by this start (`lazaret restore`).
+    pub restored: bool,
 }
 
 impl Sandbox {
@@ -417,8 +419,17 @@ impl Engine {
                     }
                     _ => {}
                 }
-                let report =
-                    self.start_sandbox(resolved, env, &runtime_path, &persistent, &layout)?;
+                // `lazaret restore` left a request: the sandbox comes back
+                // from that checkpoint instead of starting fresh.
+                let restore = crate::checkpoint::take_request(&self.domain_root(anchor));
+                let report = self.start_sandbox(
+                    resolved,
+                    env,
+                    &runtime_path,
+                    &persistent,
+                    &layout,
+                    restore.as_ref(),
+                )?;
                 clock.mark("sandbox started (podman run)");
                 progress(Step::CheckingSandbox);
                 let s = Sandbox {
@@ -431,6 +442,7 @@ impl Engine {
                     persistent,
                     layout: layout.clone(),
                     started: None,
+                    restored: restore.is_some(),
                 };
                 Ok((s, report, table))
             })
@@ -542,6 +554,7 @@ impl Engine {
                 .collect(),
             layout: layout.clone(),
             started: None,
+            restored: false,
         })
     }
 
@@ -791,6 +804,7 @@ impl Engine {
         runtime_path: &str,
         persistent: &[state_anchor::PersistentDir],
         layout: &WorkspaceLayout,
+        restore: Option<&crate::checkpoint::Restore>,
     ) -> Result<selftest::Pending, EngineError> {
         let anchor = &resolved.domain;
         // What the sandbox must show from inside, known before it starts:
@@ -801,7 +815,12 @@ impl Engine {
         for p in persistent {
             table.push(Mount::bind(&p.merged, &p.container, false));
         }
-        let term = env.var("TERM").unwrap_or_else(|| "xterm-256color".into());
+        // A restored sandbox needs the mounts it was saved with: its TERM's
+        // terminfo entry among them.
+        let term = match restore {
+            Some(r) if !r.term.is_empty() => r.term.clone(),
+            _ => env.var("TERM").unwrap_or_else(|| "xterm-256color".into()),
+        };
         if let Some(m) = mounts::terminfo(&term, &mounts::terminfo_dirs(env)) {
             table.push(m);
         }
@@ -871,6 +890,17 @@ impl Engine {
         let pending = selftest::Pending::new(&domain_root);
         let _ = std::fs::remove_file(&pending.log);
         args.extend(Self::log_args(&pending.log));
+        // Restored, not started: the runtime wrapper reads this (the same
+        // mounts, the same kind of link; init is past its self-test, which
+        // the gate runs again from outside).
+        if let Some(r) = restore {
+            args.push("--annotation".into());
+            args.push(format!(
+                "{}={}",
+                wrapper::RESTORE_ANNOTATION,
+                r.memory.display()
+            ));
+        }
         // PID 1 is the static escalation binary, read-only from the host
         // (never the image's `sh`, which the agent can replace in a
         // persistent /usr): first the self-test, its report on stdout (one

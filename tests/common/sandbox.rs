@@ -242,6 +242,11 @@ workspace_mode = "direct"
         self.cmd(STANDARD_PATH, args).output().unwrap()
     }
 
+    /// [`Domain::lazaret`] without the `--profile` it adds.
+    pub fn lazaret_raw(&self, args: &[&str]) -> Output {
+        self.cmd_raw(STANDARD_PATH, args).output().unwrap()
+    }
+
     pub fn up(&self) -> String {
         let out = self.lazaret(&["sandbox", "up"]);
         let (stdout, stderr) = text(&out);
