@@ -336,7 +336,18 @@ fn init(json: Option<&str>) -> ExitCode {
                 }
             }
             Ok(Signal::SIGUSR1) => {
-                if let Some(pid) = start_session_host() {
+                // One host at a time (the agent can signal init too): the
+                // ended ones reaped first, as SIGUSR1 is taken before a
+                // SIGCHLD that came with it.
+                while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                    match status.pid() {
+                        Some(pid) => hosts.retain(|h| *h != pid),
+                        None => break,
+                    }
+                }
+                if hosts.is_empty()
+                    && let Some(pid) = start_session_host()
+                {
                     hosts.push(pid);
                 }
             }

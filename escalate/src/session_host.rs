@@ -320,6 +320,18 @@ pub fn run(socket: &str, token: &str) -> Result<(), String> {
     result
 }
 
+/// Takes every pending signal of `set` (blocked) without waiting.
+fn drain(set: &nix::sys::signal::SigSet) {
+    let none = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: sigtimedwait reads the set and the timeout, which live for
+    // the call, and writes nothing (no siginfo asked for).
+    #[allow(unsafe_code)]
+    while unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &none) } > 0 {}
+}
+
 /// With no session running (spares do not count), a lost connection ends
 /// the host.
 fn first_failure_is_final(sessions: &Mutex<HashMap<u32, Session>>) -> bool {
@@ -432,6 +444,12 @@ fn serve(
                 }
             }
             kind::HOLD => {
+                // A wake that came before the hold (the agent can signal
+                // init too) does not count: taken before the connection
+                // closes, so the coordinator's comes after.
+                drain(&nix::sys::signal::SigSet::from(
+                    nix::sys::signal::Signal::SIGUSR2,
+                ));
                 held.store(true, std::sync::atomic::Ordering::SeqCst);
                 // The writer's copy of the socket goes too.
                 if let Ok(mut w) = writer.lock() {

@@ -133,6 +133,14 @@ fn a_held_host_lets_go_until_woken_and_keeps_its_sessions() {
     spawn(&mut conn, 1, "exec cat");
     next(&mut conn, 1, &[kind::SPAWNED]);
 
+    // A wake before the hold (the agent can signal the sandbox's init,
+    // which passes it on) is not taken for the coordinator's.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(host.id() as i32),
+        nix::sys::signal::Signal::SIGUSR2,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
     conn.write_all(&Frame::new(kind::HOLD, 0, Vec::new()).encode())
         .unwrap();
     // The host's end closes: the coordinator reads the end of the stream.

@@ -651,9 +651,12 @@ impl Hosted {
                 let generation = {
                     let mut state = me.state.lock().expect("lock");
                     let expected = state.token.as_deref().map(str::as_bytes);
+                    // Not while held for a checkpoint: a socket to the
+                    // host must not be open for the save.
                     if hello.kind != kind::HELLO
                         || expected != Some(hello.payload.as_slice())
                         || state.link.is_some()
+                        || state.held
                     {
                         return;
                     }
