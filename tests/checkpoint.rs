@@ -150,6 +150,16 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         .filter(|r| r["kind"] == "domain-up")
         .collect();
     assert_eq!(up.last().unwrap()["data"]["restored"], true, "{up:?}");
+
+    // Pruning: checkpoints older than the age go, from a running domain
+    // too; the domain stays.
+    std::thread::sleep(Duration::from_secs(2));
+    let out = d.lazaret_raw(&["domains", "prune", "--older-than", "1s"]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains("removed checkpoint first of domain"), "{o}");
+    assert!(!dir.exists(), "{o}");
+    assert!(d.status().is_some(), "the running domain was pruned");
 }
 
 #[test]

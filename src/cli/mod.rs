@@ -379,9 +379,10 @@ enum DomainsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete stopped domains unused for longer than AGE (e.g. 30d, 12h).
-    /// Never a running one; asks before deleting an isolated clone that
-    /// holds commits the host's `lazaret/agent-*` branch lacks.
+    /// Delete stopped domains unused for longer than AGE (e.g. 30d, 12h),
+    /// and every domain's checkpoints older than AGE. Never a running
+    /// domain; asks before deleting an isolated clone that holds commits
+    /// the host's `lazaret/agent-*` branch lacks.
     Prune {
         /// Age since last use: 30d, 12h, 90m.
         #[arg(long, value_name = "AGE")]

@@ -744,6 +744,20 @@ pub fn domains(
         return Ok(ExitCode::SUCCESS);
     };
     let mut removed = remove_failed_starts(&entries, &labelled, &rundir, &podman)?;
+    // Checkpoints older than AGE go from every domain, running or not (a
+    // stopped domain's go with it below).
+    for e in &entries {
+        for c in crate::checkpoint::list(&e.root) {
+            if now.saturating_sub(c.created) < age.as_secs() {
+                continue;
+            }
+            let dir = crate::checkpoint::dir(&e.root, &c.name);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => println!("removed checkpoint {} of domain {}", c.name, e.hash),
+                Err(err) => eprintln!("lazaret: cannot remove {}: {err}", dir.display()),
+            }
+        }
+    }
     for e in entries {
         if e.state != State::Stopped || now.saturating_sub(e.last_used) < age.as_secs() {
             continue;
