@@ -187,6 +187,16 @@ pub fn create_private_dir(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
+/// A size for people: `812 B`, `233 KiB`, `1.5 MiB`, `2.1 GiB`.
+pub fn show_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
+        n if n >= 1 << 10 => format!("{:.0} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
 /// Bytes of the files under `path`.
 fn size_of(path: &Path) -> u64 {
     let Ok(meta) = std::fs::symlink_metadata(path) else {

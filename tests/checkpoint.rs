@@ -81,6 +81,16 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o077, 0, "{mode:o}");
+    // From the workbench: prefix k, said on the status line.
+    ui.send(&["C-a", "k"]);
+    ui.wait_for(60, "the workbench's checkpoint", |s| {
+        s.lines()
+            .last()
+            .is_some_and(|l| l.contains("checkpoint ") && l.contains(" taken: "))
+    });
+    let out = d.lazaret(&["checkpoints", "--json"]);
+    let list: Vec<serde_json::Value> = serde_json::from_str(&text(&out).0).unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
     // The same name again is refused; so is a name that is a path.
     let out = d.lazaret(&["checkpoint", "--name", "first"]);
     assert!(!out.status.success());

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 
 use super::{DomainArgs, engine, resolve};
-use crate::coordinator::protocol::{ClientMsg, CoordMsg};
 use crate::host::HostEnv;
 use crate::rundir::RuntimeDir;
 
@@ -25,28 +24,28 @@ pub fn take(
         .domain
         .control_socket(&RuntimeDir::ensure(&RuntimeDir::locate(env))?);
     let rt = crate::client::session::runtime()?;
-    let Ok(mut coordinator) = rt.block_on(crate::client::session::query(&control)) else {
+    if rt
+        .block_on(crate::client::session::query(&control))
+        .is_err()
+    {
         bail!(
             "the domain of profile {} for {} is not running: start it (`lazaret ui`), then take the checkpoint",
             resolved.profile.name,
             resolved.domain.workspace().display()
         );
-    };
-    match rt.block_on(coordinator.call(&ClientMsg::Checkpoint { name }))? {
-        CoordMsg::Checkpointed { path, checkpoint } => {
-            println!(
-                "checkpoint {} of domain {}: {} in {} (the sandbox was held {} ms, and runs on)",
-                checkpoint.name,
-                resolved.domain.hash(),
-                show_bytes(checkpoint.bytes),
-                path,
-                checkpoint.held_ms
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        CoordMsg::Error { message } => bail!("no checkpoint was taken: {message}"),
-        other => bail!("the coordinator answered {other:?}"),
     }
+    let (path, checkpoint) = rt
+        .block_on(crate::coordinator::client::checkpoint(&control, name))
+        .map_err(|e| anyhow::anyhow!("no checkpoint was taken: {e}"))?;
+    println!(
+        "checkpoint {} of domain {}: {} in {} (the sandbox was held {} ms, and runs on)",
+        checkpoint.name,
+        resolved.domain.hash(),
+        crate::checkpoint::show_bytes(checkpoint.bytes),
+        path,
+        checkpoint.held_ms
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Lists the domain's checkpoints.
@@ -88,18 +87,14 @@ pub fn list(
         let taken = crate::checkpoint::default_name(
             std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.created),
         );
-        println!("{:<24} {:<20} {:>10}", c.name, taken, show_bytes(c.bytes));
+        println!(
+            "{:<24} {:<20} {:>10}",
+            c.name,
+            taken,
+            crate::checkpoint::show_bytes(c.bytes)
+        );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn show_bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
-        n if n >= 1 << 10 => format!("{:.0} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
 }
 
 /// Brings the domain back as checkpoint `name`: the running domain (if

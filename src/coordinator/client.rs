@@ -397,6 +397,20 @@ impl PolicyAnswer {
 /// one door for policy changes of a running domain (one at a time, each
 /// audited with this process as the client). A query connection: it does
 /// not hold the domain up.
+/// Asks the domain's coordinator to save its running sandbox as
+/// checkpoint `name` (its time when `None`): where it is kept, and what.
+pub async fn checkpoint(
+    socket: &Path,
+    name: Option<String>,
+) -> Result<(String, crate::checkpoint::Checkpoint), ClientError> {
+    let mut c = query(socket).await?;
+    match c.call(&ClientMsg::Checkpoint { name }).await? {
+        CoordMsg::Checkpointed { path, checkpoint } => Ok((path, checkpoint)),
+        CoordMsg::Error { message } => Err(ClientError::Refused(message)),
+        other => Err(ClientError::Refused(format!("unexpected answer {other:?}"))),
+    }
+}
+
 pub async fn change_policy(
     socket: &Path,
     target: &str,

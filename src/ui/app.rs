@@ -473,6 +473,10 @@ impl App {
         match ev {
             // SIGTERM, SIGHUP or SIGINT: leave as the human's quit would,
             // restoring the terminal on the way out.
+            Ev::Checkpointed(said) => {
+                self.message = Some(said.unwrap_or_else(|e| e));
+                self.dirty = true;
+            }
             Ev::Signal(sig) => {
                 self.exit_code = Some(128u8.saturating_add(sig as u8));
                 self.quit = true;

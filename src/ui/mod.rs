@@ -71,6 +71,8 @@ pub enum Ev {
     },
     /// A watched domain went down: its requests are void.
     InboxGone(String),
+    /// What became of a checkpoint asked for with prefix `k`.
+    Checkpointed(std::result::Result<String, String>),
 }
 
 /// The network panel's view of a domain's live table.

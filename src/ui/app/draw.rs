@@ -184,6 +184,10 @@ impl App {
                     ),
                     b(format!("{p} a"), "audit trail of the focused tab's domain"),
                     b(
+                        format!("{p} k"),
+                        "checkpoint the focused tab's domain (gVisor; `lazaret restore` brings it back)",
+                    ),
+                    b(
                         format!("{p} Tab"),
                         "keys to the next panel on screen (Up/Down, Enter opens, Esc back to the shell)",
                     ),

@@ -389,6 +389,7 @@ impl App {
             KeyCode::Char('s') => self.toggle(Panel::Sessions),
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),
+            KeyCode::Char('k') => self.take_checkpoint(),
             _ => {}
         }
     }
@@ -398,6 +399,36 @@ impl App {
             Rect::new(0, 0, self.size.width, self.size.height),
             &self.layout_spec(),
         )
+    }
+
+    /// Prefix k: a checkpoint of the focused tab's domain, on a worker
+    /// thread; the status line says what became of it.
+    fn take_checkpoint(&mut self) {
+        let Some(tab) = self.tabs.get(self.focus) else {
+            return;
+        };
+        if tab.domain.is_none() {
+            self.message = Some("the domain is not up yet; try again when it is".into());
+            return;
+        }
+        let socket = tab.launch.ctx.control_socket.clone();
+        let hash = tab.launch.ctx.anchor.hash().to_string();
+        self.message = Some(format!("taking a checkpoint of domain {hash}…"));
+        let tx = self.tx.clone();
+        self.rt.spawn(async move {
+            let result = crate::coordinator::client::checkpoint(&socket, None)
+                .await
+                .map(|(_, c)| {
+                    format!(
+                        "checkpoint {} of domain {hash} taken: {}, the sandbox held {} ms",
+                        c.name,
+                        crate::checkpoint::show_bytes(c.bytes),
+                        c.held_ms
+                    )
+                })
+                .map_err(|e| format!("no checkpoint of domain {hash}: {e}"));
+            let _ = tx.send(Ev::Checkpointed(result));
+        });
     }
 
     /// Prefix Tab: the keys go to the next panel on screen, then back to
