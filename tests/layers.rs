@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["doctor", "coordinator"],
     &["domains"],
     &["engine"],
-    &["git_sentry", "net", "mounts"],
+    &["git_sentry", "net", "mounts", "checkpoint"],
     &["config"],
     BOTTOM,
 ];
