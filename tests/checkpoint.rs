@@ -170,6 +170,11 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
     assert!(o.contains("removed checkpoint first of domain"), "{o}");
     assert!(!dir.exists(), "{o}");
     assert!(d.status().is_some(), "the running domain was pruned");
+
+    // The restored domain goes down as any other, nothing of it left.
+    let out = d.lazaret(&["down"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    d.wait_until_gone();
 }
 
 #[test]
