@@ -308,6 +308,11 @@ impl Engine {
         let profile = &resolved.profile;
         let mut clock = BootClock::start();
         self.check_storage_root()?;
+        // `lazaret restore` left a request: the sandbox comes back from
+        // that checkpoint instead of starting fresh. Taken now, once: a
+        // start that fails before the sandbox does not leave it for the
+        // next one, which starts fresh.
+        let restore = crate::checkpoint::take_request(&self.domain_root(anchor));
         // Decide the runtime first: with runsc missing this fails before
         // anything starts (decisions.md D7).
         let runtime_path = match profile.runtime {
@@ -419,9 +424,6 @@ impl Engine {
                     }
                     _ => {}
                 }
-                // `lazaret restore` left a request: the sandbox comes back
-                // from that checkpoint instead of starting fresh.
-                let restore = crate::checkpoint::take_request(&self.domain_root(anchor));
                 let report = self.start_sandbox(
                     resolved,
                     env,
