@@ -192,3 +192,43 @@ fn runc_cannot_take_a_checkpoint() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// A restore that cannot come back (here a damaged image) fails with the
+/// reason and leaves nothing running; the next start is a fresh one.
+#[test]
+fn a_restore_that_fails_leaves_nothing_running() {
+    let d = Domain::new("gv");
+    let ui = d.tmux(100, 30, "ui -p gv", Some("echo EXIT=$?; sleep 600"));
+    ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
+    let out = d.lazaret(&["checkpoint", "--name", "broken"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    ui.send(&["C-a", "d"]);
+    ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
+    let image = d
+        .domain_root()
+        .join("checkpoints/broken/memory/checkpoint.img");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    file.set_len(4096).unwrap();
+    drop(file);
+
+    let out = d.lazaret_raw(&["restore", "broken", "-p", "gv"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}{e}");
+    assert!(e.contains("cannot restore domain"), "{e}");
+    d.wait_until_gone();
+    assert!(d.containers().is_empty(), "{:?}", d.containers());
+
+    // The request was taken: the next start is a fresh one.
+    let out = d.lazaret_raw(&["exec", "-p", "gv", "--", "true"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let up = d
+        .audit_json()
+        .into_iter()
+        .filter(|r| r["kind"] == "domain-up")
+        .last()
+        .unwrap();
+    assert!(up["data"].get("restored").is_none(), "{up}");
+}
