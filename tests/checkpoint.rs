@@ -227,8 +227,7 @@ fn a_restore_that_fails_leaves_nothing_running() {
     let up = d
         .audit_json()
         .into_iter()
-        .filter(|r| r["kind"] == "domain-up")
-        .last()
+        .rfind(|r| r["kind"] == "domain-up")
         .unwrap();
     assert!(up["data"].get("restored").is_none(), "{up}");
 }
