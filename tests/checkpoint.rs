@@ -122,9 +122,14 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
 
     // Restore: the workbench leaves its session running; the domain is
     // taken down and comes back as the checkpoint.
-    while count(&d) < after_save + 40 {
-        std::thread::sleep(Duration::from_millis(100));
+    // Far enough past the save that the restored count is seen to go back
+    // (it counts about twenty a second).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&d) < after_save + 200 {
+        assert!(Instant::now() < deadline, "the counter is too slow");
+        std::thread::sleep(Duration::from_millis(200));
     }
+    let before_restore = count(&d);
     ui.send(&["C-a", "d"]);
     ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
     let out = d.lazaret_raw(&["restore", "first", "-p", "gv"]);
@@ -134,8 +139,8 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
     // The counter counts on from where it was saved, in memory.
     let restored = count(&d);
     assert!(
-        restored >= before_save && restored < after_save + 40,
-        "saved between {before_save} and {after_save}, restored at {restored}"
+        restored >= before_save && restored < before_restore,
+        "saved between {before_save} and {after_save}, {before_restore} before the restore, restored at {restored}"
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while count(&d) <= restored {
