@@ -457,11 +457,21 @@ fn resolver_tcp_flood_under_runc() {
 
 /// The lowest descriptor number `pid` does not hold.
 fn lowest_free(pid: i32) -> u64 {
-    let held: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+    // The lowest over a second of looks: a descriptor the coordinator holds
+    // for a moment (a file its watchdog reads) would otherwise leave one
+    // free under the limit, and the watchdog would never go blind.
+    (0..20)
+        .map(|_| {
+            let held: std::collections::BTreeSet<u64> =
+                std::fs::read_dir(format!("/proc/{pid}/fd"))
+                    .unwrap()
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect();
+            std::thread::sleep(Duration::from_millis(50));
+            (0..).find(|n| !held.contains(n)).unwrap()
+        })
+        .min()
         .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    (0..).find(|n| !held.contains(n)).unwrap()
 }
 
 /// The coordinator can open no descriptor (its soft limit set, from
