@@ -961,6 +961,10 @@ impl EscalationServer {
                     );
                 };
                 let verdict = tokio::select! {
+                    // A decision that has arrived is the human's, even if
+                    // the requester went at the same moment (an abort ends
+                    // the workbench's sessions right after deciding).
+                    biased;
                     v = answer => v.unwrap_or(Verdict::Deny {
                         reason: Some("the session ended before a decision".into()),
                     }),
