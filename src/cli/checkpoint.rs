@@ -24,10 +24,7 @@ pub fn take(
         .domain
         .control_socket(&RuntimeDir::ensure(&RuntimeDir::locate(env))?);
     let rt = crate::client::session::runtime()?;
-    if rt
-        .block_on(crate::client::session::query(&control))
-        .is_err()
-    {
+    if !control.exists() {
         bail!(
             "the domain of profile {} for {} is not running: start it (`lazaret ui`), then take the checkpoint",
             resolved.profile.name,

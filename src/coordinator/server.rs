@@ -984,7 +984,7 @@ impl Shared {
             held_ms,
             host_token: hosted.and_then(|h| h.token()).unwrap_or_default(),
             // As the engine chose it when it started the sandbox.
-            term: std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into()),
+            term: std::env::var("TERM").unwrap_or_else(|_| crate::engine::DEFAULT_TERM.into()),
         };
         let json = serde_json::to_string_pretty(&made).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("checkpoint.json"), json)

@@ -208,6 +208,9 @@ pub struct Engine {
     host: std::sync::Arc<std::sync::OnceLock<limits::HostSupport>>,
 }
 
+/// The sandbox's `TERM` when the starting client has none.
+pub const DEFAULT_TERM: &str = "xterm-256color";
+
 /// A running domain, as the engine started (or found) it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -821,7 +824,7 @@ impl Engine {
         // terminfo entry among them.
         let term = match restore {
             Some(r) if !r.term.is_empty() => r.term.clone(),
-            _ => env.var("TERM").unwrap_or_else(|| "xterm-256color".into()),
+            _ => env.var("TERM").unwrap_or_else(|| DEFAULT_TERM.into()),
         };
         if let Some(m) = mounts::terminfo(&term, &mounts::terminfo_dirs(env)) {
             table.push(m);
