@@ -42,10 +42,20 @@ pub struct Checkpoint {
 /// What a domain's start must restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restore {
+    /// The checkpoint's name.
+    #[serde(default)]
+    pub checkpoint: String,
     /// runsc's image folder.
     pub memory: PathBuf,
+    /// The Domain Root's folders as the checkpoint kept them (see
+    /// [`kept_folders`]).
+    #[serde(default)]
+    pub files: PathBuf,
     /// The `TERM` the saved sandbox was started with.
     pub term: String,
+    /// For a fork: the domain it was forked from (its name and hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// The domain's checkpoints folder.
@@ -109,16 +119,24 @@ fn request_file(domain_root: &Path) -> PathBuf {
     domain_root.join("restore-request")
 }
 
-/// Asks the domain's next start to come back from checkpoint `name`, and
-/// the coordinator to take its Session Host back (its token).
-pub fn request(domain_root: &Path, c: &Checkpoint) -> Result<(), String> {
+/// Asks the domain's next start to come back from checkpoint `c` (one of
+/// this domain's), and the coordinator to take its Session Host back (its
+/// token). `forked_from` names the domain a fork comes from.
+pub fn request(
+    domain_root: &Path,
+    c: &Checkpoint,
+    forked_from: Option<String>,
+) -> Result<(), String> {
     let write = |path: PathBuf, text: &str| {
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
     write(domain_root.join("session-host.token"), &c.host_token)?;
     let request = Restore {
-        memory: dir(domain_root, &c.name).join("memory"),
+        checkpoint: c.name.clone(),
+        memory: dir(domain_root, &c.name).join(MEMORY),
+        files: dir(domain_root, &c.name).join(FILES),
         term: c.term.clone(),
+        forked_from,
     };
     write(
         request_file(domain_root),
@@ -126,16 +144,20 @@ pub fn request(domain_root: &Path, c: &Checkpoint) -> Result<(), String> {
     )
 }
 
-/// The image folder of the checkpoint the domain's start must restore,
-/// once: the request is gone after this call. None without a request, or
-/// when it names no checkpoint of this domain.
+/// The checkpoint the domain's start must restore, once: the request is
+/// gone after this call. None without a request, or when it names no
+/// checkpoint of this domain.
 pub fn take_request(domain_root: &Path) -> Option<Restore> {
     let file = request_file(domain_root);
     let text = std::fs::read_to_string(&file).ok()?;
     let _ = std::fs::remove_file(&file);
     let request: Restore = serde_json::from_str(&text).ok()?;
     // Only a checkpoint of this domain.
-    (request.memory.starts_with(root(domain_root)) && request.memory.is_dir()).then_some(request)
+    let root = root(domain_root);
+    (request.memory.starts_with(&root)
+        && request.memory.is_dir()
+        && (request.files.as_os_str().is_empty() || request.files.starts_with(&root)))
+    .then_some(request)
 }
 
 /// The domain's checkpoints, oldest first.
@@ -153,28 +175,148 @@ pub fn list(domain_root: &Path) -> Vec<Checkpoint> {
     all
 }
 
-/// Saves the running sandbox `sandbox` into `memory` (which must not
-/// exist), leaving it running: runsc's own `checkpoint`, through the
-/// runtime wrapper podman runs the sandbox with, in the user's namespace
-/// (where podman's runsc keeps its state). Returns the image's size.
-pub fn save(podman: &Podman, sandbox: &str, wrapper: &str, memory: &Path) -> Result<u64, String> {
+/// A checkpoint's runsc image, in its folder.
+const MEMORY: &str = "memory";
+/// A checkpoint's copy of the Domain Root's kept folders, in its folder.
+const FILES: &str = "files";
+
+/// What of the Domain Root a checkpoint keeps beside the memory: the
+/// agent's clone (`workspace`, isolated mode) or git directory
+/// (`agent.git`, direct mode), the State Anchor's upper folders
+/// (`*_changes`), and the list of mount points Lazaret made in the
+/// workspace (the saved sandbox's mount table follows it). The host folder
+/// of direct mode is the user's, and no part of a checkpoint.
+pub fn kept_folders(domain_root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(domain_root) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let kind = e.file_type().ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let folder = name == "workspace" || name == "agent.git" || name.ends_with("_changes");
+            let file = name == crate::git_sentry::MOUNTPOINTS_FILE;
+            ((folder && kind.is_dir()) || (file && kind.is_file())).then_some(name)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Copying the kept folders may take a while for a big clone.
+const COPY_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Saves the running sandbox `sandbox` into the checkpoint folder `dir`
+/// (which must not exist): runsc's own `checkpoint` of its memory and
+/// processes, and a copy of the Domain Root's [`kept_folders`], both while
+/// runsc holds the sandbox paused, so the files are those the memory
+/// knows. Runs through the runtime wrapper podman runs the sandbox with,
+/// in the user's namespace (where podman's runsc keeps its state, and
+/// where files of the agent's other ids can be copied as they are). The
+/// sandbox runs on after, whatever failed. Returns the checkpoint's size.
+pub fn save(
+    podman: &Podman,
+    sandbox: &str,
+    wrapper: &str,
+    domain_root: &Path,
+    dir: &Path,
+) -> Result<u64, String> {
     let id = podman
         .run(["inspect", "--format", "{{.Id}}", sandbox])
         .map_err(|e| format!("cannot find the sandbox {sandbox}: {e}"))?;
     let id = id.trim();
-    create_private_dir(memory)?;
+    let (memory, files) = (dir.join(MEMORY), dir.join(FILES));
+    create_private_dir(&memory)?;
+    create_private_dir(&files)?;
+    let runsc = |args: &[&str]| {
+        let mut all = vec!["unshare", wrapper];
+        all.extend_from_slice(args);
+        podman.run(all)
+    };
+    runsc(&["pause", id]).map_err(|e| format!("runsc could not pause the sandbox: {e}"))?;
     let image = format!("--image-path={}", memory.display());
+    let saved = runsc(&["checkpoint", &image, "--leave-running", id])
+        .map_err(|e| format!("runsc could not save the sandbox: {e}"))
+        .and_then(|_| copy_folders(podman, domain_root, &kept_folders(domain_root), &files));
+    let resumed = runsc(&["resume", id]);
+    saved?;
+    resumed.map_err(|e| format!("the sandbox was saved, but runsc could not resume it: {e}"))?;
+    Ok(size_of(dir))
+}
+
+/// Copies the folders `names` of `from` into `to`, as they are (owners,
+/// modes, times), in the user's namespace.
+fn copy_folders(podman: &Podman, from: &Path, names: &[String], to: &Path) -> Result<(), String> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut args: Vec<std::ffi::OsString> = ["unshare", "cp", "-a", "--reflink=auto", "--"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    args.extend(names.iter().map(|n| from.join(n).into_os_string()));
+    args.push(to.into());
     podman
-        .run([
-            "unshare",
-            wrapper,
-            "checkpoint",
-            &image,
-            "--leave-running",
-            id,
-        ])
-        .map_err(|e| format!("runsc could not save the sandbox: {e}"))?;
-    Ok(size_of(memory))
+        .run_with(args, COPY_LIMIT, None)
+        .map(drop)
+        .map_err(|e| format!("cannot copy the Domain Root's folders: {e}"))
+}
+
+/// Puts the Domain Root's kept folders back as `files` (a checkpoint's)
+/// holds them, the domain being down: each is replaced whole, and a State
+/// Anchor's overlay work folder is emptied with its upper folder.
+pub fn put_back(podman: &Podman, domain_root: &Path, files: &Path) -> Result<(), String> {
+    let names = kept_folders(files);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut gone: Vec<std::ffi::OsString> = ["unshare", "rm", "-rf", "--"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    for n in &names {
+        gone.push(domain_root.join(n).into());
+        if let Some(slug) = n.strip_suffix("_changes") {
+            gone.push(domain_root.join(format!("{slug}_work")).into());
+        }
+    }
+    podman
+        .run_with(gone, COPY_LIMIT, None)
+        .map_err(|e| format!("cannot remove the Domain Root's folders: {e}"))?;
+    copy_folders(podman, files, &names, domain_root)
+}
+
+/// Removes a checkpoint's folder, files of the agent's other ids too (in
+/// the user's namespace).
+pub fn remove(podman: &Podman, dir: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(());
+    }
+    let path = dir.as_os_str();
+    podman
+        .run_with(
+            [
+                "unshare".as_ref(),
+                "rm".as_ref(),
+                "-rf".as_ref(),
+                "--one-file-system".as_ref(),
+                "--".as_ref(),
+                path,
+            ],
+            COPY_LIMIT,
+            None,
+        )
+        .map(drop)
+        .map_err(|e| format!("cannot remove {}: {e}", dir.display()))
+}
+
+/// Copies checkpoint `name` of the domain at `from` into the domain at `to`
+/// (a fork), as it is.
+pub fn copy_to(podman: &Podman, from: &Path, name: &str, to: &Path) -> Result<(), String> {
+    let into = root(to);
+    create_private_dir(&into)?;
+    copy_folders(podman, &root(from), &[name.to_string()], &into)
 }
 
 /// Creates `dir` (and its parents) readable by the user alone.

@@ -65,12 +65,45 @@ pub enum DomainError {
     NotUtf8(PathBuf),
 }
 
-/// One (profile, canonical workspace) pair and its 12-hex-digit hash.
+/// One (profile, canonical workspace) pair and its 12-hex-digit hash; for
+/// a fork (`lazaret fork`, issue 30), (profile, workspace, fork name).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainAnchor {
     profile: String,
+    fork: Option<String>,
     workspace: PathBuf,
     hash: String,
+}
+
+/// A domain's name: its profile, and for a fork `PROFILE@FORK`. `@` is no
+/// profile-name character, so the two never meet.
+pub fn split_name(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('@') {
+        Some((profile, fork)) => (profile, Some(fork)),
+        None => (name, None),
+    }
+}
+
+/// The name of the domain of `profile` that `typed` (a name as the user
+/// gave it, perhaps `PROFILE@FORK`) names.
+pub fn name_of(profile: &str, typed: Option<&str>) -> String {
+    match typed.and_then(|t| split_name(t).1) {
+        Some(fork) => format!("{profile}@{fork}"),
+        None => profile.to_string(),
+    }
+}
+
+/// A fork's name follows the profile-name rule (it is part of the branch
+/// `lazaret/agent-PROFILE-FORK` and of the domain's name).
+pub fn validate_fork_name(name: &str) -> Result<(), String> {
+    if lazaret_escalate::protocol::is_profile_name(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a fork name: use 2 to 32 characters from a-z, 0-9, `_` and `-`",
+            name.escape_debug()
+        ))
+    }
 }
 
 /// The domain lock of the domain `hash` (also for a Domain Root that can
@@ -81,9 +114,14 @@ pub fn lock_file_of(rundir: &RuntimeDir, hash: &str) -> PathBuf {
 
 impl DomainAnchor {
     /// Canonicalises `workspace` (it must be an existing folder) and hashes
-    /// `"<profile>:<canonical path>"`.
-    pub fn new(profile: &str, workspace: &Path) -> Result<Self, DomainError> {
+    /// `"<name>:<canonical path>"`; `name` is a profile's, or a fork's
+    /// `PROFILE@FORK` (see [`split_name`]).
+    pub fn new(name: &str, workspace: &Path) -> Result<Self, DomainError> {
+        let (profile, fork) = split_name(name);
         validate_profile_name(profile).map_err(DomainError::ProfileName)?;
+        if let Some(f) = fork {
+            validate_fork_name(f).map_err(DomainError::ProfileName)?;
+        }
         let canonical = workspace
             .canonicalize()
             .map_err(|error| DomainError::Workspace {
@@ -96,16 +134,33 @@ impl DomainAnchor {
         let text = canonical
             .to_str()
             .ok_or_else(|| DomainError::NotUtf8(canonical.clone()))?;
-        let hash = domain_hash(profile, text);
+        let hash = domain_hash(name, text);
         Ok(DomainAnchor {
             profile: profile.to_string(),
+            fork: fork.map(str::to_string),
             workspace: canonical,
             hash,
         })
     }
 
+    /// The profile whose configuration the domain runs (a fork's too).
     pub fn profile(&self) -> &str {
         &self.profile
+    }
+
+    /// The fork's name, for a domain `lazaret fork` made.
+    pub fn fork(&self) -> Option<&str> {
+        self.fork.as_deref()
+    }
+
+    /// The domain's name: the profile's, or `PROFILE@FORK`. Commands take
+    /// it where they take a profile, and it is what the domain's labels,
+    /// records and status carry.
+    pub fn name(&self) -> String {
+        match &self.fork {
+            Some(fork) => format!("{}@{fork}", self.profile),
+            None => self.profile.clone(),
+        }
     }
 
     /// The canonical workspace path.
@@ -133,9 +188,13 @@ impl DomainAnchor {
         format!("lazaret-sidecar-{}", self.hash)
     }
 
-    /// The agent's own branch (decisions.md D1).
+    /// The agent's own branch (decisions.md D1); a fork's is
+    /// `lazaret/agent-PROFILE-FORK`.
     pub fn agent_branch(&self) -> String {
-        format!("lazaret/agent-{}", self.profile)
+        match &self.fork {
+            Some(fork) => format!("lazaret/agent-{}-{fork}", self.profile),
+            None => format!("lazaret/agent-{}", self.profile),
+        }
     }
 
     pub fn control_socket(&self, rundir: &RuntimeDir) -> PathBuf {
@@ -168,9 +227,10 @@ impl DomainAnchor {
     }
 }
 
-/// SHA-256 of `"<profile>:<workspace>"`, first 12 hex digits.
-pub fn domain_hash(profile: &str, canonical_workspace: &str) -> String {
-    let digest = Sha256::digest(format!("{profile}:{canonical_workspace}").as_bytes());
+/// SHA-256 of `"<name>:<workspace>"`, first 12 hex digits (`name` is the
+/// profile's, or a fork's `PROFILE@FORK`).
+pub fn domain_hash(name: &str, canonical_workspace: &str) -> String {
+    let digest = Sha256::digest(format!("{name}:{canonical_workspace}").as_bytes());
     hex::encode(&digest[..6])
 }
 
@@ -204,7 +264,7 @@ impl DomainPaths {
     ) -> Self {
         let root = anchor.domain_root(data_root);
         DomainPaths {
-            profile: anchor.profile().to_string(),
+            profile: anchor.name(),
             workspace: anchor.workspace().to_path_buf(),
             domain_hash: anchor.hash().to_string(),
             usr_changes: root.join("usr_changes"),
@@ -230,6 +290,7 @@ pub const ANCHOR_FILE: &str = "anchor.json";
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct AnchorRecord {
+    /// The domain's name: its profile's, or a fork's `PROFILE@FORK`.
     pub profile: String,
     pub workspace: PathBuf,
 }
@@ -237,7 +298,7 @@ pub struct AnchorRecord {
 /// Records which (profile, workspace) `domain_root` belongs to.
 pub fn record_anchor(domain_root: &Path, anchor: &DomainAnchor) -> std::io::Result<()> {
     let record = AnchorRecord {
-        profile: anchor.profile().to_string(),
+        profile: anchor.name(),
         workspace: anchor.workspace().to_path_buf(),
     };
     let path = domain_root.join(ANCHOR_FILE);

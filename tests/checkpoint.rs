@@ -4,15 +4,15 @@
 //! what gVisor could not bring back (a `podman exec` session) and runc are
 //! refused with the reason. `lazaret restore` brings the domain back as
 //! the checkpoint: the counter counts on from its saved value, a file
-//! written after the save is gone, the shell is a session again. Fork is
-//! not built yet.
+//! written after the save is gone, the shell is a session again. A fork
+//! runs beside the original with its own files, branch and credentials.
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use common::sandbox::Domain;
+use common::sandbox::{Domain, wait_domain_gone};
 use common::text;
 
 /// The counter's value, read from inside.
@@ -237,4 +237,208 @@ fn a_restore_that_fails_leaves_nothing_running() {
         .rfind(|r| r["kind"] == "domain-up")
         .unwrap();
     assert!(up["data"].get("restored").is_none(), "{up}");
+}
+
+/// `git ARGS` in the workspace `ws`, with an author.
+fn commit(ws: &std::path::Path, message: &str) {
+    common::git(
+        ws,
+        &[
+            "-c",
+            "user.name=dev",
+            "-c",
+            "user.email=dev@example.invalid",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+        ],
+    );
+}
+
+/// A fork runs beside the original from the original's checkpoint, with
+/// its own files, branch and credentials: the original's session
+/// credential and client certificate, which the forked processes still
+/// hold in memory, are refused by the fork's coordinator. Then the
+/// original is restored: its clone and branch go back to the checkpoint.
+/// Last, a restore whose sandbox fails its self-test leaves nothing
+/// running.
+#[test]
+fn a_fork_runs_beside_the_original_with_its_own_identity() {
+    let d = Domain::new("gv");
+    let ws = d.ws();
+    common::git(&ws, &["init", "-q", "-b", "main"]);
+    commit(&ws, "first");
+    let ui = d.tmux(120, 30, "ui -p gv", Some("echo EXIT=$?; sleep 600"));
+    ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
+    // In the original's memory: a counter, and its credentials.
+    ui.line(
+        "clear; (i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) & \
+         cp /run/lazaret/certs/session-$LAZARET_SESSION_ID.cred /tmp/orig.cred && \
+         cp -r /run/lazaret/certs /tmp/orig-certs && echo SAVED-$((6*7))",
+    );
+    ui.wait_for(30, "the original's credentials kept", |s| {
+        s.contains("SAVED-42")
+    });
+    assert_eq!(
+        d.sh("cd /workspace && echo orig > who && git add who && git -c user.name=a -c user.email=a@b.invalid commit -qm orig-work").0,
+        0
+    );
+    let out = d.lazaret(&["checkpoint", "--name", "base"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let saved = count(&d);
+    // After the checkpoint: not in it.
+    assert_eq!(
+        d.sh("cd /workspace && echo later > later && git add later && git -c user.name=a -c user.email=a@b.invalid commit -qm later").0,
+        0
+    );
+    let later = d.sh("git -C /workspace rev-parse HEAD").1;
+
+    let fork = d.other("gv@try2");
+    let out = d.lazaret_raw(&["fork", "gv", "base", "--as", "try2"]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert!(o.contains("lazaret/agent-gv-try2"), "{o}");
+    assert_ne!(fork.hash(), d.hash);
+    // Both run, each its own domain.
+    let sh_fork = |script: &str| {
+        let out = d.lazaret_raw(&["exec", "-p", "gv@try2", "--", "sh", "-c", script]);
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "{script}: {o}{e}");
+        o
+    };
+    let forked: u64 = sh_fork("cat /tmp/count").trim().parse().unwrap();
+    assert!(
+        forked >= saved,
+        "the fork counts from {forked}, saved at {saved}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sh_fork("cat /tmp/count").trim().parse::<u64>().unwrap() <= forked {
+        assert!(
+            Instant::now() < deadline,
+            "the fork's counter does not count"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(d.status().is_some(), "the original stopped");
+    // Its own files and branch, from the checkpoint.
+    assert_eq!(sh_fork("cat /workspace/who").trim(), "orig");
+    assert_eq!(
+        sh_fork("test -e /workspace/later || echo gone").trim(),
+        "gone"
+    );
+    assert_eq!(
+        sh_fork("git -C /workspace rev-parse --abbrev-ref HEAD").trim(),
+        "lazaret/agent-gv-try2"
+    );
+    sh_fork(
+        "cd /workspace && echo fork > who && git -c user.name=a -c user.email=a@b.invalid commit -qam fork-work",
+    );
+    assert_eq!(d.sh("cat /workspace/who").1.trim(), "orig");
+    // The fork's branch reaches the host's repository; the original's is
+    // untouched by the fork's commit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = common::git(&ws, &["log", "--format=%s", "lazaret/agent-gv-try2", "--"]);
+        if log.lines().next() == Some("fork-work") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fork's branch: {log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let original_branch = common::git(&ws, &["log", "--format=%s", "-1", "lazaret/agent-gv", "--"]);
+    assert_eq!(original_branch.trim(), "later");
+    // Its own Trust Anchor.
+    let ca = |dir: std::path::PathBuf| std::fs::read(dir.join("ca.pem")).unwrap();
+    assert_ne!(
+        ca(d.certs_dir()),
+        ca(fork.certs_dir(&common::sandbox::runtime_dir()))
+    );
+
+    // In the fork's restored shell: the original's credential and client
+    // certificate are refused; its own reach the host.
+    let attach = d.tmux(
+        120,
+        30,
+        "attach -p gv@try2",
+        Some("echo EXIT=$?; sleep 600"),
+    );
+    // An adopted session starts with an empty screen: the shell answers.
+    attach.wait_for(60, "the attached client", |s| s.contains("? help"));
+    attach.line("clear; echo READY-$((6*7))");
+    attach.wait_for(60, "the fork's shell", |s| s.contains("READY-42"));
+    attach.line(
+        "clear; LAZARET_SESSION_CREDENTIAL=$(cat /tmp/orig.cred) /run/lazaret/escalate --timeout 20 -- echo x; echo \"ORIG\" \"CRED=$?\"",
+    );
+    let screen = attach.wait_for(60, "the original's credential", |s| {
+        s.contains("ORIG CRED=")
+    });
+    assert!(screen.contains("ORIG CRED=70"), "{screen}");
+    // (The line wraps at the pane's width.)
+    assert!(
+        screen
+            .replace('\n', "")
+            .contains("not signed by the session's key"),
+        "{screen}"
+    );
+    attach.line(
+        "clear; LAZARET_CERTS_DIR=/tmp/orig-certs /run/lazaret/escalate --timeout 20 -- echo x; echo \"ORIG\" \"CERT=$?\"",
+    );
+    let screen = attach.wait_for(60, "the original's certificate", |s| {
+        s.contains("ORIG CERT=")
+    });
+    assert!(screen.contains("ORIG CERT=69"), "{screen}");
+    attach.line(
+        "clear; /run/lazaret/escalate --timeout 20 -- echo OWN-$((6*7)); echo \"OWN\" \"CODE=$?\"",
+    );
+    let screen = attach.wait_for(60, "the fork's own credential", |s| s.contains("OWN CODE="));
+    assert!(
+        screen.contains("OWN-42") && screen.contains("OWN CODE=0"),
+        "{screen}"
+    );
+    let up = d
+        .audit_json_of("gv@try2")
+        .into_iter()
+        .rfind(|r| r["kind"] == "domain-up")
+        .unwrap();
+    assert_eq!(up["data"]["checkpoint"], "base", "{up}");
+    assert!(
+        up["data"]["forked_from"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&d.hash),
+        "{up}"
+    );
+    attach.send(&["C-a", "d"]);
+    let out = d.lazaret_raw(&["down", "gv@try2"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    wait_domain_gone(&fork, Vec::new);
+    assert!(d.status().is_some(), "the original went down with the fork");
+
+    // The original restored: its clone and branch are the checkpoint's.
+    ui.send(&["C-a", "d"]);
+    ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
+    let out = d.lazaret_raw(&["restore", "gv", "base"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(
+        d.sh("test -e /workspace/later || echo gone").1.trim(),
+        "gone"
+    );
+    let head = d.sh("git -C /workspace log --format=%s -1").1;
+    assert_eq!(head.trim(), "orig-work");
+    assert_ne!(d.sh("git -C /workspace rev-parse HEAD").1, later);
+
+    // A restore whose sandbox fails its self-test: the checkpoint's list
+    // of Lazaret's own mount points emptied, the layout expects the
+    // masked folders it finds in the clone read-only, and the restored
+    // sandbox has them as it was saved (memory-only).
+    let points = d.domain_root().join("checkpoints/base/files/mountpoints");
+    std::fs::write(&points, "").unwrap();
+    let out = d.lazaret_raw(&["restore", "gv", "base"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}{e}");
+    assert!(e.contains("self-test"), "{e}");
+    d.wait_until_gone();
+    assert!(d.containers().is_empty(), "{:?}", d.containers());
 }

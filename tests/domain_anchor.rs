@@ -167,3 +167,54 @@ fn domain_command_prints_every_derived_path() {
         "{stderr}"
     );
 }
+
+/// A fork (`lazaret fork`, issue 30) is its own domain: `PROFILE@FORK`
+/// hashes as the name it is, runs its profile, has its own branch; no
+/// profile can collide with it (`@` is no profile-name character).
+#[test]
+fn a_fork_is_its_own_domain() {
+    let s = Scratch::new();
+    let ws = s.mkdir("ws");
+    let original = DomainAnchor::new("claude", &ws).unwrap();
+    let fork = DomainAnchor::new("claude@plan-b", &ws).unwrap();
+    assert_eq!(
+        fork.hash(),
+        sha256sum12(&format!("claude@plan-b:{}", ws.display()))
+    );
+    assert_ne!(fork.hash(), original.hash());
+    assert_eq!(fork.profile(), "claude");
+    assert_eq!(fork.fork(), Some("plan-b"));
+    assert_eq!(fork.name(), "claude@plan-b");
+    assert_eq!(original.name(), "claude");
+    assert_eq!(fork.agent_branch(), "lazaret/agent-claude-plan-b");
+    assert_eq!(original.agent_branch(), "lazaret/agent-claude");
+    assert_ne!(fork.sandbox_name(), original.sandbox_name());
+    for bad in [
+        "claude@",
+        "claude@../x",
+        "claude@a@b",
+        "claude@X",
+        "@plan-b",
+    ] {
+        assert!(DomainAnchor::new(bad, &ws).is_err(), "{bad}");
+    }
+    // `lazaret domain` takes the fork's name where it takes a profile.
+    let home = config_for(&s);
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["domain", "--profile", "codex@plan-b", "--json"],
+    )
+    .output()
+    .unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    let paths: serde_json::Value = serde_json::from_str(&o).unwrap();
+    assert_eq!(paths["profile"], "codex@plan-b");
+    assert_eq!(paths["agent_branch"], "lazaret/agent-codex-plan-b");
+    assert_eq!(
+        paths["domain_hash"],
+        sha256sum12(&format!("codex@plan-b:{}", ws.display()))
+    );
+}

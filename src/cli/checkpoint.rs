@@ -105,26 +105,10 @@ pub fn restore(
     name: &str,
 ) -> Result<ExitCode> {
     let (config, resolved) = resolve(explicit.clone(), env, d)?;
-    if !resolved.profile.runtime.is_gvisor() {
-        bail!(
-            "profile {} runs under {}: only gVisor (runsc) can restore a checkpoint",
-            resolved.profile.name,
-            resolved.profile.runtime.as_str()
-        );
-    }
-    crate::checkpoint::check_name(name).map_err(anyhow::Error::msg)?;
     let root = resolved
         .domain
         .domain_root(&engine(&config, env)?.data_root);
-    let Some(chosen) = crate::checkpoint::list(&root)
-        .into_iter()
-        .find(|c| c.name == name)
-    else {
-        bail!(
-            "domain {} has no checkpoint named {name}; `lazaret checkpoints` lists them",
-            resolved.domain.hash()
-        );
-    };
+    let chosen = find(&resolved, &root, name)?;
     let (profile, workspace) = (d.profile(), d.workspace.as_deref());
     let (_, ctx, _) = crate::client::context(explicit, env, profile, workspace)?;
     let rt = crate::client::session::runtime()?;
@@ -138,24 +122,174 @@ pub fn restore(
         );
         super::session::down(explicit, env, profile, workspace, false, false)?;
     }
-    crate::checkpoint::request(&root, &chosen).map_err(anyhow::Error::msg)?;
+    crate::checkpoint::request(&root, &chosen, None).map_err(anyhow::Error::msg)?;
+    let took = start_restored(&ctx)
+        .with_context(|| format!("cannot restore domain {}", resolved.domain.hash()))?;
+    println!(
+        "domain {} is checkpoint {name} again, its processes running ({} ms); `lazaret attach` lists its sessions",
+        resolved.domain.hash(),
+        took.as_millis()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Makes a second domain from checkpoint `name` of the domain `d` names:
+/// the fork `PROFILE@NEW`, with its own Domain Anchor (so its own Domain
+/// Root, containers, Trust Anchor and session credentials, policy
+/// instance) and its own branch `lazaret/agent-PROFILE-NEW`, started now
+/// from the checkpoint beside the original (which runs on untouched).
+pub fn fork(
+    explicit: &Option<PathBuf>,
+    env: &dyn HostEnv,
+    d: &DomainArgs,
+    name: &str,
+    new: &str,
+) -> Result<ExitCode> {
+    let (config, original) = resolve(explicit.clone(), env, d)?;
+    crate::domain::validate_fork_name(new).map_err(anyhow::Error::msg)?;
+    let engine = engine(&config, env)?;
+    let from_root = original.domain.domain_root(&engine.data_root);
+    let chosen = find(&original, &from_root, name)?;
+    let profile = &original.profile.name;
+    // The fork's branch must be no other domain's.
+    let clash = format!("{profile}-{new}");
+    if config.profiles.contains_key(&clash) {
+        bail!(
+            "a fork named {new} would use the branch lazaret/agent-{clash}, which profile {clash} uses; choose another name"
+        );
+    }
+    let fork_name = format!("{profile}@{new}");
+    let fork_args = DomainArgs {
+        profile: Some(fork_name.clone()),
+        profile_flag: None,
+        workspace: Some(original.domain.workspace().to_path_buf()),
+    };
+    let (_, forked) = resolve(explicit.clone(), env, &fork_args)?;
+    let fork_root = forked.domain.domain_root(&engine.data_root);
+    if std::fs::symlink_metadata(&fork_root).is_ok() {
+        bail!(
+            "domain {fork_name} exists already ({}): `lazaret down {fork_name} --purge` removes it; or choose another name",
+            forked.domain.hash()
+        );
+    }
+    let started = std::time::Instant::now();
+    let made = make_fork(&engine, &original, &forked, &chosen).and_then(|()| {
+        let from = format!("{} ({})", original.domain.name(), original.domain.hash());
+        crate::checkpoint::request(&fork_root, &chosen, Some(from)).map_err(anyhow::Error::msg)?;
+        let (_, ctx, _) = crate::client::context(
+            explicit,
+            env,
+            Some(&fork_name),
+            Some(forked.domain.workspace()),
+        )?;
+        start_restored(&ctx)
+    });
+    if let Err(e) = made {
+        // Nothing of a fork that did not start is kept: its name is free.
+        let _ = engine.purge(&forked.domain);
+        return Err(e.context(format!(
+            "cannot fork checkpoint {name} of domain {} as {fork_name}",
+            original.domain.hash()
+        )));
+    }
+    println!(
+        "domain {fork_name} ({}) is a fork of checkpoint {name} of domain {} ({}), its processes running ({} ms); its branch is {}; `lazaret attach -p {fork_name}` lists its sessions",
+        forked.domain.hash(),
+        original.domain.name(),
+        original.domain.hash(),
+        started.elapsed().as_millis(),
+        forked.domain.agent_branch()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The fork's Domain Root: the checkpoint copied in, and in the copy of
+/// the agent's git the fork's branch made where the original's was, and
+/// checked out.
+fn make_fork(
+    engine: &crate::engine::Engine,
+    original: &crate::config::ResolvedProfile,
+    forked: &crate::config::ResolvedProfile,
+    chosen: &crate::checkpoint::Checkpoint,
+) -> Result<()> {
+    let from_root = original.domain.domain_root(&engine.data_root);
+    let fork_root = forked.domain.domain_root(&engine.data_root);
+    crate::checkpoint::create_private_dir(&fork_root).map_err(anyhow::Error::msg)?;
+    crate::domain::record_anchor(&fork_root, &forked.domain)
+        .with_context(|| format!("cannot write {}", fork_root.display()))?;
+    crate::checkpoint::copy_to(&engine.podman, &from_root, &chosen.name, &fork_root)
+        .map_err(anyhow::Error::msg)?;
+    let files = crate::checkpoint::dir(&fork_root, &chosen.name).join("files");
+    // The mount points the original made in its clone are the fork's now
+    // (the saved sandbox's mount table follows them).
+    let points = files.join(crate::git_sentry::MOUNTPOINTS_FILE);
+    if let Ok(text) = std::fs::read_to_string(&points) {
+        let moved: String = text
+            .lines()
+            .map(|l| match std::path::Path::new(l).strip_prefix(&from_root) {
+                Ok(rest) => format!("{}\n", fork_root.join(rest).display()),
+                Err(_) => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&points, moved)
+            .with_context(|| format!("cannot write {}", points.display()))?;
+    }
+    let layout = engine.layout(forked)?;
+    let Some(gitdir) = layout.agent_gitdir.as_deref() else {
+        return Ok(());
+    };
+    // Where the checkpoint keeps the agent's git of the fork's layout.
+    let kept = files.join(gitdir.strip_prefix(&fork_root).unwrap_or(gitdir));
+    if !kept.is_dir() {
+        return Ok(());
+    }
+    let branch = original.domain.agent_branch();
+    let oid = crate::git_sentry::sync::read_branch(&kept, &branch)?.with_context(|| {
+        format!("the checkpoint's copy of the agent's git has no branch {branch}")
+    })?;
+    crate::git_sentry::sync::point_branch(&kept, &forked.domain.agent_branch(), &oid)?;
+    Ok(())
+}
+
+/// The checkpoint `name` of the domain `resolved` (gVisor only).
+fn find(
+    resolved: &crate::config::ResolvedProfile,
+    root: &std::path::Path,
+    name: &str,
+) -> Result<crate::checkpoint::Checkpoint> {
+    if !resolved.profile.runtime.is_gvisor() {
+        bail!(
+            "profile {} runs under {}: only gVisor (runsc) can restore a checkpoint",
+            resolved.profile.name,
+            resolved.profile.runtime.as_str()
+        );
+    }
+    crate::checkpoint::check_name(name).map_err(anyhow::Error::msg)?;
+    crate::checkpoint::list(root)
+        .into_iter()
+        .find(|c| c.name == name)
+        .with_context(|| {
+            format!(
+                "domain {} has no checkpoint named {name}; `lazaret checkpoints` lists them",
+                resolved.domain.hash()
+            )
+        })
+}
+
+/// Starts the domain of `ctx` through its coordinator, which restores the
+/// checkpoint its Domain Root asks for; returns once it is up.
+fn start_restored(ctx: &crate::coordinator::client::DomainContext) -> Result<std::time::Duration> {
+    let rt = crate::client::session::runtime()?;
     let started = std::time::Instant::now();
     let session = crate::client::session::SessionAnchor::new()?;
     let hello = session.hello("restore", false);
     let mut progress = crate::client::session::step_printer();
-    let client = rt
-        .block_on(crate::coordinator::client::connect(
-            &ctx,
-            &hello,
-            true,
-            &mut progress,
-        ))
-        .with_context(|| format!("cannot restore domain {}", resolved.domain.hash()))?;
+    let client = rt.block_on(crate::coordinator::client::connect(
+        ctx,
+        &hello,
+        true,
+        &mut progress,
+    ))?;
     drop(client);
-    println!(
-        "domain {} is checkpoint {name} again, its processes running ({} ms); `lazaret attach` lists its sessions",
-        resolved.domain.hash(),
-        started.elapsed().as_millis()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(started.elapsed())
 }

@@ -164,11 +164,36 @@ enum Command {
         name: Option<String>,
     },
     /// Bring the domain back as checkpoint NAME (gVisor only): the running
-    /// domain is taken down, and the sandbox restored with its processes.
+    /// domain is taken down, the sandbox restored with its processes, and
+    /// the agent's clone (or git directory) and State Anchor put back as
+    /// they were. A direct-mode workspace folder (the host's) is left as
+    /// it is now.
     Restore {
-        /// The checkpoint (`lazaret checkpoints` lists them).
-        name: String,
-        /// Profile (default: `default_profile`, or the only profile).
+        /// [PROFILE] NAME: the profile (default: `default_profile`, or the
+        /// only profile) and the checkpoint (`lazaret checkpoints`).
+        #[arg(value_name = "NAME", num_args = 1..=2, required = true)]
+        names: Vec<String>,
+        /// Profile (same as the positional PROFILE).
+        #[arg(long, short = 'p', value_name = "PROFILE")]
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+    },
+    /// Start a second domain from checkpoint NAME (gVisor only), beside
+    /// the first: the fork PROFILE@NEW, with its own Domain Root,
+    /// credentials, network policy and branch lazaret/agent-PROFILE-NEW.
+    /// Name it with PROFILE@NEW in other commands (`lazaret attach -p
+    /// PROFILE@NEW`, `lazaret down PROFILE@NEW`).
+    Fork {
+        /// [PROFILE] NAME: the profile (default: `default_profile`, or the
+        /// only profile) and the checkpoint (`lazaret checkpoints`).
+        #[arg(value_name = "NAME", num_args = 1..=2, required = true)]
+        names: Vec<String>,
+        /// The fork's name (2 to 32 of a-z, 0-9, `_`, `-`).
+        #[arg(long = "as", value_name = "NEW")]
+        new: String,
+        /// Profile (same as the positional PROFILE).
         #[arg(long, short = 'p', value_name = "PROFILE")]
         profile: Option<String>,
         /// Workspace folder (default: the current folder).
@@ -581,16 +606,21 @@ pub fn run() -> Result<ExitCode> {
         Command::Checkpoint { domain, name } => checkpoint::take(cli.config, &env, &domain, name),
         Command::Checkpoints { domain, json } => checkpoint::list(cli.config, &env, &domain, json),
         Command::Restore {
-            name,
+            names,
             profile,
             workspace,
         } => {
-            let domain = DomainArgs {
-                profile: None,
-                profile_flag: profile,
-                workspace,
-            };
+            let (domain, name) = profile_and_name(names, profile, workspace)?;
             checkpoint::restore(&cli.config, &env, &domain, &name)
+        }
+        Command::Fork {
+            names,
+            new,
+            profile,
+            workspace,
+        } => {
+            let (domain, name) = profile_and_name(names, profile, workspace)?;
+            checkpoint::fork(&cli.config, &env, &domain, &name, &new)
         }
         Command::Down { domain, all, purge } => session::down(
             &cli.config,
@@ -700,7 +730,8 @@ pub fn run() -> Result<ExitCode> {
                 Some(p) => p.to_path_buf(),
                 None => current_dir()?,
             };
-            let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
+            let name = crate::domain::name_of(&profile.name, domain.profile());
+            let anchor = crate::domain::DomainAnchor::new(&name, &workspace)?;
             let rundir = RuntimeDir::unchecked(RuntimeDir::locate(&env));
             let paths = DomainPaths::new(
                 &anchor,
@@ -779,6 +810,25 @@ fn trust_command(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `[PROFILE] NAME` (and `-p PROFILE`) as the domain and a name.
+fn profile_and_name(
+    mut names: Vec<String>,
+    profile: Option<String>,
+    workspace: Option<PathBuf>,
+) -> Result<(DomainArgs, String)> {
+    let name = names.pop().unwrap_or_default();
+    let positional = names.pop();
+    if positional.is_some() && profile.is_some() {
+        bail!("name the profile once: as PROFILE or with --profile");
+    }
+    let domain = DomainArgs {
+        profile: positional,
+        profile_flag: profile,
+        workspace,
+    };
+    Ok((domain, name))
+}
+
 /// Loads the configuration and binds the chosen profile to the workspace.
 fn resolve(
     explicit: Option<PathBuf>,
@@ -791,7 +841,13 @@ fn resolve(
         Some(p) => p.clone(),
         None => current_dir()?,
     };
-    let resolved = config.resolve(&profile, &workspace, env, HostVars::Require)?;
+    let resolved = config.resolve_named(
+        d.profile().unwrap_or_default(),
+        &profile,
+        &workspace,
+        env,
+        HostVars::Require,
+    )?;
     Ok((config, resolved))
 }
 
@@ -923,7 +979,8 @@ fn sandbox_down(explicit: Option<PathBuf>, env: &dyn HostEnv, d: &DomainArgs) ->
         Some(p) => p.clone(),
         None => current_dir()?,
     };
-    let anchor = crate::domain::DomainAnchor::new(&profile.name, &workspace)?;
+    let name = crate::domain::name_of(&profile.name, d.profile());
+    let anchor = crate::domain::DomainAnchor::new(&name, &workspace)?;
     let engine = engine(&config, env)?;
     engine
         .down(&anchor)

@@ -674,7 +674,8 @@ fn down_context(
         None => crate::client::current_dir()?,
     };
     let selected = config.select_profile(profile)?;
-    let anchor = crate::domain::DomainAnchor::new(&selected.name, &workspace)?;
+    let name = crate::domain::name_of(&selected.name, profile);
+    let anchor = crate::domain::DomainAnchor::new(&name, &workspace)?;
     let ctx = DomainContext::new(
         anchor,
         &config.data_root,
@@ -752,9 +753,9 @@ pub fn domains(
                 continue;
             }
             let dir = crate::checkpoint::dir(&e.root, &c.name);
-            match std::fs::remove_dir_all(&dir) {
+            match crate::checkpoint::remove(&podman, &dir) {
                 Ok(()) => println!("removed checkpoint {} of domain {}", c.name, e.hash),
-                Err(err) => eprintln!("lazaret: cannot remove {}: {err}", dir.display()),
+                Err(err) => eprintln!("lazaret: {err}"),
             }
         }
     }
@@ -984,8 +985,10 @@ pub fn coordinator(
     workspace: &Path,
 ) -> Result<ExitCode> {
     let config = crate::client::load(explicit.clone(), env)?;
-    let profile = config.select_profile(Some(profile))?.clone();
-    let resolved: ResolvedProfile = config.resolve(&profile, workspace, env, HostVars::Require)?;
+    let name = profile;
+    let profile = config.select_profile(Some(name))?.clone();
+    let resolved: ResolvedProfile =
+        config.resolve_named(name, &profile, workspace, env, HostVars::Require)?;
     let rundir = RuntimeDir::ensure(&RuntimeDir::locate(env))?;
     let control_socket = resolved.domain.control_socket(&rundir);
     let owner_lock = resolved.domain.owner_lock(&rundir);

@@ -91,7 +91,8 @@ impl Launcher {
     /// The domain of `profile` (default: the configuration's) and `workspace`.
     pub fn context(&self, profile: Option<&str>, workspace: &Path) -> Result<DomainContext> {
         let selected = self.config.select_profile(profile)?;
-        let anchor = crate::domain::DomainAnchor::new(&selected.name, workspace)?;
+        let name = crate::domain::name_of(&selected.name, profile);
+        let anchor = crate::domain::DomainAnchor::new(&name, workspace)?;
         Ok(DomainContext::new(
             anchor,
             &self.config.data_root,
@@ -105,15 +106,19 @@ impl Launcher {
         if !workspace.is_dir() {
             anyhow::bail!("{} is not a directory", workspace.display());
         }
-        let ctx = self.context(Some(&selected.name), workspace)?;
+        let ctx = self.context(profile, workspace)?;
         // `lazaret shell` runs a shell even when the profile runs an agent.
         let argv = match (self.mode, &selected.command) {
             (Mode::Workbench, Some(command)) => command.clone(),
             _ => session::shell_argv(),
         };
         Ok(Launch {
-            label: format!("{} · {}", selected.name, ctx.anchor.workspace().display()),
-            profile: selected.name.clone(),
+            label: format!(
+                "{} · {}",
+                ctx.anchor.name(),
+                ctx.anchor.workspace().display()
+            ),
+            profile: ctx.anchor.name(),
             network: crate::config::network::policy_spec(&self.config, selected),
             purpose: match self.mode {
                 Mode::Workbench => "ui",
@@ -185,9 +190,10 @@ pub(crate) fn preboot(
             unset.join(", ")
         );
     }
-    config.resolve(p, workspace, env, crate::config::HostVars::Require)?;
+    let resolved =
+        config.resolve_named(profile, p, workspace, env, crate::config::HostVars::Require)?;
     // A domain that runs has its image: joining it asks podman nothing.
-    let anchor = crate::domain::DomainAnchor::new(&p.name, workspace)?;
+    let anchor = resolved.domain;
     if let Ok(rundir) = RuntimeDir::ensure(&RuntimeDir::locate(env))
         && anchor.control_socket(&rundir).exists()
     {

@@ -122,7 +122,7 @@ pub(crate) fn run_in_sandbox(
     // What is known now is said now, not after a coordinator failed.
     super::preboot(
         &config,
-        ctx.anchor.profile(),
+        &ctx.anchor.name(),
         ctx.anchor.workspace(),
         env,
         true,

@@ -557,7 +557,16 @@ impl Config {
             })
             .map(String::as_str)
             .collect();
-        let name = match name.or(self.default_profile.as_deref()) {
+        // A fork's name, `PROFILE@FORK`, runs its profile's configuration.
+        let fork = name.and_then(|n| crate::domain::split_name(n).1);
+        if let Some(f) = fork {
+            crate::domain::validate_fork_name(f).map_err(SelectError::BadName)?;
+        }
+        // `@FORK` alone: a fork of the default profile.
+        let base = name
+            .map(|n| crate::domain::split_name(n).0)
+            .filter(|b| !(b.is_empty() && fork.is_some()));
+        let name = match base.or(self.default_profile.as_deref()) {
             Some(n) => n,
             None if from_files.len() == 1 => from_files[0],
             None if from_files.is_empty() && self.profiles.len() == 1 => self
@@ -584,8 +593,22 @@ impl Config {
         env: &dyn HostEnv,
         host_vars: HostVars,
     ) -> Result<ResolvedProfile, ConfigError> {
+        self.resolve_named(&profile.name, profile, workspace, env, host_vars)
+    }
+
+    /// [`Config::resolve`] for the domain named `typed` as the user gave
+    /// it: `PROFILE@FORK` binds the fork's Domain Anchor.
+    pub fn resolve_named(
+        &self,
+        typed: &str,
+        profile: &ProfileConfig,
+        workspace: &Path,
+        env: &dyn HostEnv,
+        host_vars: HostVars,
+    ) -> Result<ResolvedProfile, ConfigError> {
         let mut problems = Vec::new();
-        let domain = DomainAnchor::new(&profile.name, workspace).map_err(|e| {
+        let name = crate::domain::name_of(&profile.name, Some(typed));
+        let domain = DomainAnchor::new(&name, workspace).map_err(|e| {
             ConfigError::Invalid(vec![Problem {
                 location: None,
                 key: "workspace".into(),

@@ -131,7 +131,7 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("coordinator")
         .arg("--profile")
-        .arg(ctx.anchor.profile())
+        .arg(ctx.anchor.name())
         .arg("--workspace")
         .arg(ctx.anchor.workspace());
     if crate::config::allow_broad_workspace() {
@@ -153,7 +153,7 @@ fn spawn_coordinator(ctx: &DomainContext) -> Result<(), ClientError> {
     if !status.success() {
         return Err(ClientError::Spawn(std::io::Error::other(format!(
             "the coordinator launcher exited with {status}; see its log: `lazaret logs {}` ({})",
-            ctx.anchor.profile(),
+            ctx.anchor.name(),
             ctx.log.display()
         ))));
     }
@@ -193,7 +193,7 @@ pub async fn open_socket(ctx: &DomainContext, start: bool) -> Result<UnixStream,
                             socket: ctx.control_socket.clone(),
                             secs: BIND_DEADLINE.as_secs(),
                             log: ctx.log.clone(),
-                            profile: ctx.anchor.profile().to_string(),
+                            profile: ctx.anchor.name(),
                             tail: log_tail(&ctx.log),
                         });
                     }

@@ -221,7 +221,7 @@ impl Shared {
         let anchor = &self.resolved.domain;
         DomainStatus {
             hash: anchor.hash().to_string(),
-            profile: anchor.profile().to_string(),
+            profile: anchor.name(),
             workspace: anchor.workspace().display().to_string(),
             sandbox: anchor.sandbox_name(),
             runtime: sandbox
@@ -576,13 +576,17 @@ async fn serve(
                     if let Some(seen) = probe {
                         up["escalation_probe"] = probe_outcome(seen).into();
                     }
-                    if sandbox.restored {
+                    if let Some(r) = &sandbox.restored {
                         up["restored"] = true.into();
+                        up["checkpoint"] = r.checkpoint.clone().into();
+                        if let Some(from) = &r.forked_from {
+                            up["forked_from"] = from.clone().into();
+                        }
                     }
                     shared.audit("domain-up", up).await;
                     if let Some(hosted) = shared.hosted.get() {
                         hosted.set_sandbox(&sandbox.name);
-                        if sandbox.restored {
+                        if sandbox.restored.is_some() {
                             // The restored Session Host was held at the
                             // save: woken, and its sessions adopted, before
                             // the first client is let in (they hold the
@@ -949,13 +953,14 @@ impl Shared {
             Err(e) => Err(e.clone()),
             Ok(_) => {
                 let podman = self.engine.podman.clone();
-                let (name, wrapper, memory) = (
+                let (name, wrapper, root, dir) = (
                     sandbox.name.clone(),
                     sandbox.runtime_path.clone(),
-                    dir.join("memory"),
+                    root.clone(),
+                    dir.clone(),
                 );
                 tokio::task::spawn_blocking(move || {
-                    checkpoint::save(&podman, &name, &wrapper, &memory)
+                    checkpoint::save(&podman, &name, &wrapper, &root, &dir)
                 })
                 .await
                 .map_err(|e| e.to_string())
@@ -970,7 +975,9 @@ impl Shared {
         let bytes = match saved {
             Ok(bytes) => bytes,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
+                let (podman, dir) = (self.engine.podman.clone(), dir.clone());
+                let _ =
+                    tokio::task::spawn_blocking(move || checkpoint::remove(&podman, &dir)).await;
                 return Err(e);
             }
         };

@@ -171,6 +171,8 @@ pub enum EngineError {
     },
     #[error("{0}")]
     Teardown(String),
+    #[error("cannot restore checkpoint {checkpoint}: {reason}")]
+    Restore { checkpoint: String, reason: String },
     #[error(
         "security: {path} belongs to uid {owner}, not to you (uid {uid}); Lazaret's Storage Root must be yours alone (another user could replace the runtime podman runs). Choose another [storage] data_root, or fix the owner"
     )]
@@ -228,8 +230,9 @@ pub struct Sandbox {
     /// The container as podman reported it when this process started it
     /// (none when the domain was found running).
     pub started: Option<teardown::Inspected>,
-    /// Brought back from a checkpoint by this start (`lazaret restore`).
-    pub restored: bool,
+    /// Brought back from a checkpoint by this start (`lazaret restore`,
+    /// `lazaret fork`).
+    pub restored: Option<crate::checkpoint::Restore>,
 }
 
 impl Sandbox {
@@ -380,6 +383,19 @@ impl Engine {
             self.ensure_image(&profile.image, progress)?;
         }
         progress(Step::PreparingWorkspace);
+        if let Some(r) = &restore
+            && r.files.is_dir()
+        {
+            // The agent's clone or git and the State Anchor's changes as
+            // the checkpoint kept them (the domain is down: nothing has
+            // them open or mounted).
+            crate::checkpoint::put_back(&self.podman, &self.domain_root(anchor), &r.files)
+                .map_err(|reason| EngineError::Restore {
+                    checkpoint: r.checkpoint.clone(),
+                    reason,
+                })?;
+            clock.mark("checkpoint's files put back");
+        }
         let prepared = layout.prepare();
         progress(Step::SidecarImage);
         prepared?;
@@ -407,6 +423,7 @@ impl Engine {
                 &sidecar_image,
                 &resolved.network,
                 &resolved.resolver,
+                restore.is_some(),
             );
             (sidecar, mount.join().expect("State Anchor thread"))
         });
@@ -447,7 +464,7 @@ impl Engine {
                     persistent,
                     layout: layout.clone(),
                     started: None,
-                    restored: restore.is_some(),
+                    restored: restore.clone(),
                 };
                 Ok((s, report, table))
             })
@@ -467,6 +484,10 @@ impl Engine {
                 })?;
                 s.started = Some(started);
                 clock.mark("runtime verified, footprint recorded, self-test passed");
+                if restore.is_some() {
+                    self.open_link(anchor, &resolved.network)?;
+                    clock.mark("the restored sandbox's link opened");
+                }
                 Ok(s)
             });
         match result {
@@ -505,12 +526,26 @@ impl Engine {
         crate::rundir::write_private(&marker, b"").map_err(io_err(&marker))
     }
 
+    /// Puts `spec` in force in the domain's sidecar, whose link a restore
+    /// kept closed until the self-test passed (the host's current policy,
+    /// never the one the checkpoint was taken under).
+    fn open_link(
+        &self,
+        anchor: &DomainAnchor,
+        spec: &lazaret_sidecar::policy::PolicySpec,
+    ) -> Result<(), EngineError> {
+        let policy = crate::net::policy(spec.clone())?;
+        crate::net::apply(&self.podman, &anchor.sidecar_name(), &policy)?;
+        crate::net::save_live(&self.domain_root(anchor), spec)?;
+        Ok(())
+    }
+
     /// How `resolved`'s workspace is shared (decisions.md D1).
     pub fn layout(&self, resolved: &ResolvedProfile) -> Result<WorkspaceLayout, EngineError> {
         Ok(WorkspaceLayout::decide(
             resolved.domain.workspace(),
             &self.domain_root(&resolved.domain),
-            resolved.domain.profile(),
+            &resolved.domain.agent_branch(),
             resolved.profile.workspace_mode,
         )?)
     }
@@ -559,7 +594,7 @@ impl Engine {
                 .collect(),
             layout: layout.clone(),
             started: None,
-            restored: false,
+            restored: None,
         })
     }
 
@@ -600,7 +635,7 @@ impl Engine {
             (LABEL_DOMAIN, anchor.hash().to_string()),
             (LABEL_ROLE, role.to_string()),
             (LABEL_RUNTIME, runtime.to_string()),
-            (LABEL_PROFILE, anchor.profile().to_string()),
+            (LABEL_PROFILE, anchor.name()),
             (LABEL_WORKSPACE, anchor.workspace().display().to_string()),
         ]
         .into_iter()
@@ -614,16 +649,28 @@ impl Engine {
         image: &str,
         spec: &lazaret_sidecar::policy::PolicySpec,
         resolver: &crate::config::ResolverConfig,
+        closed: bool,
     ) -> Result<TableReport, EngineError> {
         let name = anchor.sidecar_name();
-        let policy = crate::net::policy(spec.clone())?;
+        // A restored sandbox's processes run from the first instant: its
+        // link stays closed (nothing allowed, no name answered) until its
+        // self-test has passed, then `open_link` puts `spec` in force.
+        let enforced = if closed {
+            lazaret_sidecar::policy::PolicySpec {
+                profile: spec.profile.clone(),
+                ..Default::default()
+            }
+        } else {
+            spec.clone()
+        };
+        let policy = crate::net::policy(enforced.clone())?;
         // The configuration decides at start; `lazaret net` changes the live copy.
-        crate::net::save_live(&self.domain_root(anchor), spec)?;
+        crate::net::save_live(&self.domain_root(anchor), &enforced)?;
         // The host's loopback is reachable only when the policy allows it at
         // all (or the resolver's upstream is there): a device-bound socket
         // skips the sidecar's rules (measured under runc), so slirp4netns
-        // must not offer the alias otherwise.
-        let host_loopback = crate::net::needs_host_loopback(&policy)
+        // must not offer the alias otherwise. Decided on the policy to come.
+        let host_loopback = crate::net::needs_host_loopback(&crate::net::policy(spec.clone())?)
             || resolver.upstream.ip() == crate::net::HOST_LOOPBACK_ALIAS;
         crate::net::save_host_loopback(&self.domain_root(anchor), host_loopback)?;
         let network = if host_loopback {

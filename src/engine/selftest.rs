@@ -381,7 +381,7 @@ pub fn gate(
 ) -> Result<(), EngineError> {
     // A restored sandbox's init is past its self-test: it runs again
     // from outside, in the restored sandbox, before anything is let in.
-    let mut report = if sandbox.restored {
+    let mut report = if sandbox.restored.is_some() {
         run(engine, resolved, &sandbox.name)
     } else {
         let mut report = pending.wait(engine, &sandbox.name);

@@ -425,7 +425,7 @@ impl Engine {
         }
         let broken = BrokenDomain {
             hash: anchor.hash().to_string(),
-            profile: anchor.profile().to_string(),
+            profile: anchor.name(),
             workspace: anchor.workspace().display().to_string(),
             left: left.to_vec(),
         };

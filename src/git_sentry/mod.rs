@@ -171,11 +171,11 @@ impl WorkspaceLayout {
     pub fn decide(
         host: &Path,
         domain_root: &Path,
-        profile: &str,
+        branch: &str,
         asked: Option<WorkspaceMode>,
     ) -> Result<Self, GitError> {
         let dot_git = host.join(".git");
-        let branch = format!("lazaret/agent-{profile}");
+        let branch = branch.to_string();
         let meta = std::fs::symlink_metadata(&dot_git).ok();
         let was_plain =
             std::fs::read_to_string(domain_root.join(KIND_FILE)).is_ok_and(|k| k.trim() == "plain");

@@ -53,6 +53,55 @@ pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitErr
     Ok(None)
 }
 
+/// Makes `refs/heads/<branch>` of a git directory `oid` and points its
+/// `HEAD` at that branch, without running git (a fork's copy of the
+/// agent's git, issue 30): every folder is opened without following a
+/// symlink, and both files are created anew (an existing branch of that
+/// name is an error).
+pub fn point_branch(gitdir: &Path, branch: &str, oid: &str) -> Result<(), GitError> {
+    use std::ffi::OsStr;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    let oid = check_oid(oid)?;
+    let (root, rel) = split_gitdir(gitdir);
+    let bad = |what: String| move |e: std::io::Error| GitError::BadRef(format!("{what}: {e}"));
+    let create = |dir: &dyn AsFd, name: &str, text: &str| -> std::io::Result<()> {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW;
+        let fd = openat(
+            dir.as_fd(),
+            name,
+            flags | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map_err(std::io::Error::from)?;
+        std::fs::File::from(fd).write_all(text.as_bytes())
+    };
+    let parts: Vec<&str> = branch.split('/').collect();
+    let (last, folders) = parts
+        .split_last()
+        .ok_or_else(|| GitError::BadRef("empty branch".into()))?;
+    let mut dir =
+        nofollow::open_dir(root, &rel.join("refs/heads")).map_err(bad("refs/heads".into()))?;
+    for folder in folders {
+        match nix::sys::stat::mkdirat(&dir, *folder, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+            Err(e) => return Err(bad(format!("refs/heads/{folder}"))(e.into())),
+        }
+        dir = nofollow::open_dir_at(&dir, OsStr::new(folder))
+            .map_err(bad(format!("refs/heads/{folder}")))?;
+    }
+    create(&dir, last, &format!("{oid}\n")).map_err(bad(format!("refs/heads/{branch}")))?;
+    let git = nofollow::open_dir(root, rel).map_err(bad("the git directory".into()))?;
+    match nofollow::unlink_at(&git, OsStr::new("HEAD")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(bad("HEAD".into())(e)),
+        _ => {}
+    }
+    create(&git, "HEAD", &format!("ref: refs/heads/{branch}\n")).map_err(bad("HEAD".into()))
+}
+
 /// A git directory as (trusted parent, its own name): the parent is
 /// Lazaret's (the Domain Root or the clone's mount root), the rest the
 /// agent's.
@@ -301,5 +350,46 @@ mod tests {
         std::fs::remove_file(g.join("refs/heads/lazaret/agent-x")).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", g.join("refs/heads/lazaret/agent-x")).unwrap();
         assert!(read_branch(g, "lazaret/agent-x").is_err());
+    }
+
+    /// A fork's branch is made in a copy of the agent's git: created anew,
+    /// HEAD pointed at it, nothing written through the agent's symlinks.
+    #[test]
+    fn a_branch_is_pointed_at_without_following_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = dir.path().join("agent.git");
+        std::fs::create_dir_all(g.join("refs/heads")).unwrap();
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/lazaret/agent-x\n").unwrap();
+        let oid = "0123456789abcdef0123456789abcdef01234567";
+        point_branch(&g, "lazaret/agent-x-fork", oid).unwrap();
+        assert_eq!(
+            read_branch(&g, "lazaret/agent-x-fork").unwrap().as_deref(),
+            Some(oid)
+        );
+        assert_eq!(
+            std::fs::read_to_string(g.join("HEAD")).unwrap(),
+            "ref: refs/heads/lazaret/agent-x-fork\n"
+        );
+        // Made once: an existing branch of that name is not overwritten.
+        assert!(point_branch(&g, "lazaret/agent-x-fork", oid).is_err());
+        // The agent's `refs/heads/other` is a symlink out of its git.
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, g.join("refs/heads/other")).unwrap();
+        assert!(point_branch(&g, "other/agent-x", oid).is_err());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // Its HEAD a symlink: replaced by a file, the target untouched.
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        std::fs::remove_file(g.join("HEAD")).unwrap();
+        std::os::unix::fs::symlink(&target, g.join("HEAD")).unwrap();
+        point_branch(&g, "lazaret/agent-y", oid).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert!(
+            !std::fs::symlink_metadata(g.join("HEAD"))
+                .unwrap()
+                .is_symlink()
+        );
+        assert!(point_branch(&g, "lazaret/agent-z", "not-an-oid").is_err());
     }
 }
