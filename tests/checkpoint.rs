@@ -442,3 +442,57 @@ fn a_fork_runs_beside_the_original_with_its_own_identity() {
     d.wait_until_gone();
     assert!(d.containers().is_empty(), "{:?}", d.containers());
 }
+
+/// Whether the sandbox connects to 10.0.2.2:`port` (the host's loopback).
+fn connects(d: &Domain, port: u16) -> bool {
+    let (code, out, _) = d.sh(&format!(
+        "timeout 5 bash -c 'exec 3<>/dev/tcp/10.0.2.2/{port}' && echo OK"
+    ));
+    code == 0 && out.contains("OK")
+}
+
+/// A restored sandbox meets the policy configured when it is restored,
+/// never the one it was saved under: its link is closed at the restore and
+/// opened with the current policy once its self-test passed.
+#[test]
+fn a_restored_sandbox_meets_the_current_policy() {
+    let d = Domain::new("net");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let ui = d.tmux(100, 30, "ui -p net", Some("echo EXIT=$?; sleep 600"));
+    ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
+    assert!(connects(&d, port), "the configured policy allows 10.0.2.2");
+    let out = d.lazaret(&["checkpoint", "--name", "open"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    ui.send(&["C-a", "d"]);
+    ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
+
+    // The configuration no longer allows it: the restored sandbox, saved
+    // while it was allowed, is refused.
+    let config = d.ws().parent().unwrap().join("config.toml");
+    let allowing = std::fs::read_to_string(&config).unwrap();
+    // (The net profile's rule is the one the netrc profile follows.)
+    let denying = allowing.replacen(
+        "allow_egress = [\"10.0.2.2/32\"]\n[profiles.netrc]",
+        "allow_egress = []\n[profiles.netrc]",
+        1,
+    );
+    assert_ne!(denying, allowing);
+    std::fs::write(&config, &denying).unwrap();
+    let out = d.lazaret_raw(&["restore", "net", "open"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(!connects(&d, port), "the saved policy came back");
+
+    // Allowed again: the restored sandbox's link is opened with it.
+    std::fs::write(&config, &allowing).unwrap();
+    let out = d.lazaret_raw(&["restore", "net", "open"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        connects(&d, port),
+        "the link was not opened after the self-test"
+    );
+    let out = d.lazaret(&["down"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    d.wait_until_gone();
+}

@@ -725,7 +725,7 @@ impl Engine {
             "serve".into(),
             "--json".into(),
             "--policy".into(),
-            spec.to_json(),
+            enforced.to_json(),
             "--gateway-wait-ms".into(),
             "3000".into(),
             "--control".into(),
