@@ -29,6 +29,10 @@ pub struct Checkpoint {
     /// How long the sandbox was held for it (its Session Host without a
     /// connection, its processes paused by runsc for part of it).
     pub held_ms: u64,
+    /// How long runsc held its processes paused (the save of the memory
+    /// and the copy of the kept folders).
+    #[serde(default)]
+    pub paused_ms: u64,
     /// The Session Host's token at the save: the restored host greets
     /// with it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -214,14 +218,15 @@ const COPY_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 /// knows. Runs through the runtime wrapper podman runs the sandbox with,
 /// in the user's namespace (where podman's runsc keeps its state, and
 /// where files of the agent's other ids can be copied as they are). The
-/// sandbox runs on after, whatever failed. Returns the checkpoint's size.
+/// sandbox runs on after, whatever failed. Returns the checkpoint's size
+/// and how long the sandbox was paused.
 pub fn save(
     podman: &Podman,
     sandbox: &str,
     wrapper: &str,
     domain_root: &Path,
     dir: &Path,
-) -> Result<u64, String> {
+) -> Result<(u64, u64), String> {
     let id = podman
         .run(["inspect", "--format", "{{.Id}}", sandbox])
         .map_err(|e| format!("cannot find the sandbox {sandbox}: {e}"))?;
@@ -235,14 +240,16 @@ pub fn save(
         podman.run(all)
     };
     runsc(&["pause", id]).map_err(|e| format!("runsc could not pause the sandbox: {e}"))?;
+    let paused = std::time::Instant::now();
     let image = format!("--image-path={}", memory.display());
     let saved = runsc(&["checkpoint", &image, "--leave-running", id])
         .map_err(|e| format!("runsc could not save the sandbox: {e}"))
         .and_then(|_| copy_folders(podman, domain_root, &kept_folders(domain_root), &files));
     let resumed = runsc(&["resume", id]);
+    let paused_ms = paused.elapsed().as_millis() as u64;
     saved?;
     resumed.map_err(|e| format!("the sandbox was saved, but runsc could not resume it: {e}"))?;
-    Ok(size_of(dir))
+    Ok((size_of(dir), paused_ms))
 }
 
 /// Copies the folders `names` of `from` into `to`, as they are (owners,

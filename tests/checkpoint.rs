@@ -285,6 +285,8 @@ fn a_fork_runs_beside_the_original_with_its_own_identity() {
         d.sh("cd /workspace && echo orig > who && git add who && git -c user.name=a -c user.email=a@b.invalid commit -qm orig-work").0,
         0
     );
+    // The State Anchor's changes (a persistent /usr).
+    assert_eq!(d.sh("echo v1 > /usr/local/share/lz-marker").0, 0);
     let out = d.lazaret(&["checkpoint", "--name", "base"]);
     assert!(out.status.success(), "{:?}", text(&out));
     let saved = count(&d);
@@ -294,6 +296,7 @@ fn a_fork_runs_beside_the_original_with_its_own_identity() {
         0
     );
     let later = d.sh("git -C /workspace rev-parse HEAD").1;
+    assert_eq!(d.sh("echo v2 > /usr/local/share/lz-marker").0, 0);
 
     let fork = d.other("gv@try2");
     let out = d.lazaret_raw(&["fork", "gv", "base", "--as", "try2"]);
@@ -324,6 +327,7 @@ fn a_fork_runs_beside_the_original_with_its_own_identity() {
     assert!(d.status().is_some(), "the original stopped");
     // Its own files and branch, from the checkpoint.
     assert_eq!(sh_fork("cat /workspace/who").trim(), "orig");
+    assert_eq!(sh_fork("cat /usr/local/share/lz-marker").trim(), "v1");
     assert_eq!(
         sh_fork("test -e /workspace/later || echo gone").trim(),
         "gone"
@@ -419,15 +423,33 @@ fn a_fork_runs_beside_the_original_with_its_own_identity() {
     // The original restored: its clone and branch are the checkpoint's.
     ui.send(&["C-a", "d"]);
     ui.wait_for(30, "the workbench detached", |s| s.contains("EXIT="));
+    // Not without the user's word: the agent's branch in the repository
+    // has a commit made since the checkpoint. The domain runs on.
     let out = d.lazaret_raw(&["restore", "gv", "base"]);
+    let (o, e) = text(&out);
+    assert!(!out.status.success(), "{o}{e}");
+    assert!(e.contains("back by 1 commit"), "{e}");
+    assert_eq!(d.sh("cat /usr/local/share/lz-marker").1.trim(), "v2");
+    let out = d.lazaret_raw(&["restore", "gv", "base", "--force"]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(
         d.sh("test -e /workspace/later || echo gone").1.trim(),
         "gone"
     );
+    assert_eq!(d.sh("cat /usr/local/share/lz-marker").1.trim(), "v1");
     let head = d.sh("git -C /workspace log --format=%s -1").1;
     assert_eq!(head.trim(), "orig-work");
     assert_ne!(d.sh("git -C /workspace rev-parse HEAD").1, later);
+    // The branch in the repository follows.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = common::git(&ws, &["log", "--format=%s", "-1", "lazaret/agent-gv", "--"]);
+        if log.trim() == "orig-work" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent's branch: {log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // A restore whose sandbox fails its self-test: the checkpoint's list
     // of Lazaret's own mount points emptied, the layout expects the

@@ -35,11 +35,12 @@ pub fn take(
         .block_on(crate::coordinator::client::checkpoint(&control, name))
         .map_err(|e| anyhow::anyhow!("no checkpoint was taken: {e}"))?;
     println!(
-        "checkpoint {} of domain {}: {} in {} (the sandbox was held {} ms, and runs on)",
+        "checkpoint {} of domain {}: {} in {} (the sandbox was paused {} ms, its Session Host held {} ms, and runs on)",
         checkpoint.name,
         resolved.domain.hash(),
         crate::checkpoint::show_bytes(checkpoint.bytes),
         path,
+        checkpoint.paused_ms,
         checkpoint.held_ms
     );
     Ok(ExitCode::SUCCESS)
@@ -64,7 +65,7 @@ pub fn list(
             .map(|c| {
                 serde_json::json!({
                     "name": c.name, "created": c.created, "bytes": c.bytes,
-                    "held_ms": c.held_ms,
+                    "held_ms": c.held_ms, "paused_ms": c.paused_ms,
                     "path": crate::checkpoint::dir(&root, &c.name),
                 })
             })
@@ -103,12 +104,22 @@ pub fn restore(
     env: &dyn HostEnv,
     d: &DomainArgs,
     name: &str,
+    force: bool,
 ) -> Result<ExitCode> {
     let (config, resolved) = resolve(explicit.clone(), env, d)?;
-    let root = resolved
-        .domain
-        .domain_root(&engine(&config, env)?.data_root);
+    let engine = engine(&config, env)?;
+    let root = resolved.domain.domain_root(&engine.data_root);
     let chosen = find(&resolved, &root, name)?;
+    // The agent's branch in the user's repository follows the restored
+    // clone: commits it gained since the checkpoint would leave it.
+    if let Some((branch, n)) = branch_set_back(&engine, &resolved, &chosen)?
+        && !force
+    {
+        bail!(
+            "restoring checkpoint {name} sets branch {branch} in {} back by {n} commit(s) the agent made since (your repository's reflog keeps them); restore anyway with --force, or keep them first (e.g. `git branch keep {branch}`)",
+            resolved.domain.workspace().display()
+        );
+    }
     let (profile, workspace) = (d.profile(), d.workspace.as_deref());
     let (_, ctx, _) = crate::client::context(explicit, env, profile, workspace)?;
     let rt = crate::client::session::runtime()?;
@@ -249,6 +260,32 @@ fn make_fork(
     })?;
     crate::git_sentry::sync::point_branch(&kept, &forked.domain.agent_branch(), &oid)?;
     Ok(())
+}
+
+/// The agent's branch and how many commits it has in the host's
+/// repository beyond the checkpoint's copy of it, when restoring would set
+/// it back.
+fn branch_set_back(
+    engine: &crate::engine::Engine,
+    resolved: &crate::config::ResolvedProfile,
+    chosen: &crate::checkpoint::Checkpoint,
+) -> Result<Option<(String, u64)>> {
+    let layout = engine.layout(resolved)?;
+    let (Some(gitdir), Some(_)) = (&layout.agent_gitdir, &layout.host_dotgit) else {
+        return Ok(None);
+    };
+    let root = resolved.domain.domain_root(&engine.data_root);
+    let kept = crate::checkpoint::dir(&root, &chosen.name)
+        .join("files")
+        .join(gitdir.strip_prefix(&root).unwrap_or(gitdir));
+    if !kept.is_dir() {
+        return Ok(None);
+    }
+    let branch = resolved.domain.agent_branch();
+    let Some(saved) = crate::git_sentry::sync::read_branch(&kept, &branch)? else {
+        return Ok(None);
+    };
+    Ok(crate::git_sentry::commits_beyond(&layout.host, &branch, &saved).map(|n| (branch, n)))
 }
 
 /// The checkpoint `name` of the domain `resolved` (gVisor only).

@@ -179,6 +179,11 @@ enum Command {
         /// Workspace folder (default: the current folder).
         #[arg(long, short)]
         workspace: Option<PathBuf>,
+        /// Restore even when the agent's branch in your repository has
+        /// commits made since the checkpoint (it is set back; the reflog
+        /// keeps them).
+        #[arg(long)]
+        force: bool,
     },
     /// Start a second domain from checkpoint NAME (gVisor only), beside
     /// the first: the fork PROFILE@NEW, with its own Domain Root,
@@ -609,9 +614,10 @@ pub fn run() -> Result<ExitCode> {
             names,
             profile,
             workspace,
+            force,
         } => {
             let (domain, name) = profile_and_name(names, profile, workspace)?;
-            checkpoint::restore(&cli.config, &env, &domain, &name)
+            checkpoint::restore(&cli.config, &env, &domain, &name, force)
         }
         Command::Fork {
             names,

@@ -431,10 +431,20 @@ impl Hosted {
     }
 
     /// Waits (up to `patience`) until the host has told of a running
-    /// session.
+    /// session, or has been connected for a moment without telling of
+    /// any (it tells of its sessions as soon as it greets).
     pub async fn await_sessions(&self, patience: Duration) {
         let deadline = tokio::time::Instant::now() + patience;
+        let mut connected_at = None;
         while tokio::time::Instant::now() < deadline {
+            if *self.connected.borrow() > 0
+                && connected_at
+                    .get_or_insert_with(tokio::time::Instant::now)
+                    .elapsed()
+                    > Duration::from_secs(2)
+            {
+                return;
+            }
             let any = self
                 .state
                 .lock()

@@ -592,7 +592,10 @@ async fn serve(
                             // the first client is let in (they hold the
                             // domain up once it leaves).
                             match hosted.wake(&sandbox.name, true).await {
-                                Ok(()) => hosted.await_sessions(Duration::from_secs(5)).await,
+                                // Long under load: a domain let in before
+                                // its sessions are adopted has none, and
+                                // goes down when its first client leaves.
+                                Ok(()) => hosted.await_sessions(Duration::from_secs(30)).await,
                                 Err(e) => log(&format!("the restored Session Host: {e}")),
                             }
                         }
@@ -875,7 +878,8 @@ impl Shared {
             Ok((path, checkpoint)) => (
                 serde_json::json!({
                     "name": checkpoint.name, "bytes": checkpoint.bytes,
-                    "held_ms": checkpoint.held_ms, "by": by.command, "pid": by.pid,
+                    "held_ms": checkpoint.held_ms, "paused_ms": checkpoint.paused_ms,
+                    "by": by.command, "pid": by.pid,
                 }),
                 CoordMsg::Checkpointed { path, checkpoint },
             ),
@@ -972,8 +976,8 @@ impl Shared {
             Some(h) => h.wake(&sandbox.name, held == Ok(true)).await,
             None => Ok(()),
         };
-        let bytes = match saved {
-            Ok(bytes) => bytes,
+        let (bytes, paused_ms) = match saved {
+            Ok(saved) => saved,
             Err(e) => {
                 let (podman, dir) = (self.engine.podman.clone(), dir.clone());
                 let _ =
@@ -989,6 +993,7 @@ impl Shared {
                 .map_or(0, |d| d.as_secs()),
             bytes,
             held_ms,
+            paused_ms,
             host_token: hosted.and_then(|h| h.token()).unwrap_or_default(),
             // As the engine chose it when it started the sandbox.
             term: std::env::var("TERM").unwrap_or_else(|_| crate::engine::DEFAULT_TERM.into()),

@@ -447,6 +447,26 @@ impl WorkspaceLayout {
     }
 }
 
+/// The commits the host's branch `branch` has beyond `oid` (which the
+/// branch would be set back to), when it has any: their count, or None
+/// when `oid` is the branch or ahead of it, or the branch does not exist.
+/// `oid` may be unknown to the host (the agent's, never propagated): then
+/// every commit is counted as going.
+pub fn commits_beyond(host: &Path, branch: &str, oid: &str) -> Option<u64> {
+    let tip = run_rev_parse(host, &format!("refs/heads/{branch}"))?;
+    if tip == oid {
+        return None;
+    }
+    let mut c = host_git(host);
+    c.args(["rev-list", "--count", &tip]);
+    if run_rev_parse(host, oid).is_some() {
+        c.arg(format!("^{oid}"));
+    }
+    c.arg("--");
+    let n: u64 = run(c).ok()?.trim().parse().ok()?;
+    (n > 0).then_some(n)
+}
+
 fn run_rev_parse(repo: &Path, rev: &str) -> Option<String> {
     let mut c = host_git(repo);
     c.args([

@@ -2,6 +2,7 @@
 //! messages, the run loop. Input routing lives in [`input`] (the modal
 //! gets first refusal of every key), drawing in [`draw`].
 
+mod checkpoints;
 mod draw;
 mod input;
 
@@ -14,9 +15,9 @@ use lazaret_widgets::keys::{encode_key, encode_mouse, encode_paste};
 use lazaret_widgets::modal::{ApprovalModal, CommandEditor};
 use lazaret_widgets::pane::TerminalPane;
 use lazaret_widgets::panels::{
-    AuditEntry, AuditPanel, EscalationRow, EscalationStatus, EscalationsPanel, FormOutcome,
-    HelpOverlay, HelpSection, HostedRow, KeyBinding, NetworkPanel, NewTabDialog, NewTabForm,
-    ProfileChoice, RouteRow, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
+    AuditEntry, AuditPanel, CheckpointsDialog, EscalationRow, EscalationStatus, EscalationsPanel,
+    FormOutcome, HelpOverlay, HelpSection, HostedRow, KeyBinding, NetworkPanel, NewTabDialog,
+    NewTabForm, ProfileChoice, RouteRow, SessionRow, SessionsPanel, StatusLine, TabBar, TabInfo,
 };
 use ratatui::Terminal;
 use ratatui::backend::Backend;
@@ -123,6 +124,10 @@ pub struct App {
     input: Option<Input>,
     /// `Some`: the new-tab dialog is open.
     new_tab: Option<NewTabForm>,
+    /// `Some`: the checkpoints overlay is open (prefix K).
+    checkpoints: Option<checkpoints::Overlay>,
+    /// A restore or fork runs (a child `lazaret`); one at a time.
+    cli_running: bool,
     /// The one panel of a narrow terminal (or the audit panel, which the
     /// dashboard adds to its column).
     panel: Option<Panel>,
@@ -226,6 +231,8 @@ impl App {
             help: false,
             input: None,
             new_tab: None,
+            checkpoints: None,
+            cli_running: false,
             panel: None,
             layout,
             zoom: false,
@@ -475,8 +482,10 @@ impl App {
             // restoring the terminal on the way out.
             Ev::Checkpointed(said) => {
                 self.message = Some(said.unwrap_or_else(|e| e));
+                self.checkpoints_changed();
                 self.dirty = true;
             }
+            Ev::CheckpointRan(run) => self.checkpoint_ran(*run),
             Ev::Signal(sig) => {
                 self.exit_code = Some(128u8.saturating_add(sig as u8));
                 self.quit = true;

@@ -73,6 +73,26 @@ pub enum Ev {
     InboxGone(String),
     /// What became of a checkpoint asked for with prefix `k`.
     Checkpointed(std::result::Result<String, String>),
+    /// What became of a restore or a fork run from the checkpoints overlay.
+    #[allow(private_interfaces)]
+    CheckpointRan(Box<CheckpointRun>),
+}
+
+/// A `lazaret restore` or `lazaret fork` the workbench ran as a child, and
+/// the sessions to show afterwards.
+#[derive(Debug)]
+pub(crate) struct CheckpointRun {
+    /// The child's last word: its report, or its error (made visible).
+    pub said: std::result::Result<String, String>,
+    /// The domain whose sessions get tabs (`PROFILE` or `PROFILE@FORK`),
+    /// and its workspace.
+    pub profile: String,
+    pub workspace: PathBuf,
+    /// Its hosted sessions that run now; empty when none or when it is
+    /// not up.
+    pub sessions: Vec<u32>,
+    /// A fork shows its first session; a restore all of them.
+    pub first_only: bool,
 }
 
 /// The network panel's view of a domain's live table.
@@ -385,21 +405,24 @@ pub fn run(
 /// The hosted sessions running in `launch`'s domain, if it is up (a query:
 /// it starts nothing).
 fn running_sessions(launch: &crate::client::Launch, rt: &tokio::runtime::Runtime) -> Vec<u32> {
+    rt.block_on(live_sessions(&launch.ctx.control_socket))
+}
+
+/// The hosted sessions still running in the domain of `socket`, oldest
+/// first; none when it is not up (a query: it starts nothing).
+async fn live_sessions(socket: &Path) -> Vec<u32> {
     use crate::coordinator::protocol::ClientMsg;
-    let socket = launch.ctx.control_socket.clone();
-    rt.block_on(async move {
-        let Ok(mut c) = crate::coordinator::client::query(&socket).await else {
-            return Vec::new();
-        };
-        match c.call(&ClientMsg::Sessions).await {
-            Ok(CoordMsg::Sessions { sessions }) => sessions
-                .iter()
-                .filter(|s| s.exited.is_none())
-                .map(|s| s.id)
-                .collect(),
-            _ => Vec::new(),
-        }
-    })
+    let Ok(mut c) = crate::coordinator::client::query(socket).await else {
+        return Vec::new();
+    };
+    match c.call(&ClientMsg::Sessions).await {
+        Ok(CoordMsg::Sessions { sessions }) => sessions
+            .iter()
+            .filter(|s| s.exited.is_none())
+            .map(|s| s.id)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// `lazaret shell`'s session, connected on the plain terminal (the boot

@@ -9,8 +9,8 @@
 //! - [`modal`]: the approval modal for a Host Escalation request and its
 //!   command editor;
 //! - [`panels`]: sessions, network policy, escalation queue, audit trail,
-//!   tab bar, status line, help overlay and the new-tab dialog (profile
-//!   and workspace);
+//!   tab bar, status line, help overlay, the new-tab dialog (profile
+//!   and workspace) and the checkpoints overlay;
 //! - [`layout`]: where the workbench puts its shell and panels (the
 //!   dashboard column on a wide terminal, one panel on a narrow one, zoom);
 //! - [`visible`]: hostile text made visible before a human reads it.

@@ -1,9 +1,11 @@
 //! The workbench's panels, each a widget fed plain data: sessions, network
 //! policy, escalation queue, audit trail, plus the tab bar, the status line,
-//! the help overlay and the new-tab dialog. Every string from outside
-//! (paths, commands, output, names) is made visible before it is drawn.
+//! the help overlay, the new-tab dialog and the checkpoints overlay. Every
+//! string from outside (paths, commands, output, names) is made visible
+//! before it is drawn.
 
 mod audit;
+mod checkpoints;
 mod escalations;
 mod help;
 mod network;
@@ -13,6 +15,7 @@ mod status;
 mod tabs;
 
 pub use audit::{AuditEntry, AuditPanel};
+pub use checkpoints::{CheckpointRow, CheckpointsDialog, CheckpointsForm, CheckpointsOutcome};
 pub use escalations::{EscalationRow, EscalationStatus, EscalationsPanel};
 pub use help::{HelpOverlay, HelpSection, KeyBinding};
 pub use network::{NetworkPanel, RouteRow, Verdict};
@@ -106,6 +109,33 @@ fn keep_start(text: &str, width: usize) -> String {
             used <= width
         })
         .collect()
+}
+
+/// A key list (`key action · key action …`) wrapped between items to
+/// `width`, after an empty line: the footer of the new-tab and checkpoints
+/// overlays.
+fn key_footer(keys: &[(&str, &str)], width: usize) -> Vec<ratatui::text::Line<'static>> {
+    use ratatui::text::Line;
+    let key_style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+    let mut lines = vec![Line::default()];
+    let mut used = 0;
+    for (key, action) in keys {
+        let item = key.len() + 1 + action.len();
+        if used > 0 && used + 3 + item > width {
+            lines.push(Line::default());
+            used = 0;
+        }
+        let line = lines.last_mut().expect("lines starts non-empty");
+        if used > 0 {
+            line.spans
+                .push(Span::styled(" · ", Style::new().fg(Color::DarkGray)));
+            used += 3;
+        }
+        line.spans.push(Span::styled(key.to_string(), key_style));
+        line.spans.push(Span::raw(format!(" {action}")));
+        used += item;
+    }
+    lines
 }
 
 #[cfg(test)]

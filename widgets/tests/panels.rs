@@ -449,3 +449,69 @@ fn help_overlay_in_a_small_terminal_says_what_is_missing() {
         f.render_widget(HelpOverlay::new(&sections), Rect::new(0, 0, 0, 0));
     });
 }
+
+fn checkpoints() -> Vec<CheckpointRow> {
+    vec![
+        CheckpointRow {
+            name: "before-migration".into(),
+            taken: "20261203-121320".into(),
+            size: "1.5 MiB".into(),
+        },
+        CheckpointRow {
+            // A name is the human's, but drawn as any outside text.
+            name: "x\u{1b}[2Jy".into(),
+            taken: "20261203-130002".into(),
+            size: "233 KiB".into(),
+        },
+    ]
+}
+
+fn press(form: &mut CheckpointsForm, keys: &str) {
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    for c in keys.chars() {
+        form.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+}
+
+#[test]
+fn checkpoints_overlay_lists_and_asks() {
+    let mut form = CheckpointsForm::new("gv 3f2a9c0d1b2e", checkpoints());
+    let buf = render(72, 14, |f| {
+        f.render_widget(CheckpointsDialog::new(&form), f.area());
+    });
+    insta::assert_snapshot!(dump(&buf));
+    assert!(!dump(&buf).contains('\u{1b}'));
+    assert!(dump(&buf).contains("x␛[2Jy"), "{}", dump(&buf));
+    // `r` asks first, saying what becomes of the sessions.
+    press(&mut form, "r");
+    let buf = render(72, 16, |f| {
+        f.render_widget(CheckpointsDialog::new(&form), f.area());
+    });
+    insta::assert_snapshot!("checkpoints_overlay_restore_question", dump(&buf));
+    assert!(dump(&buf).contains("sessions"), "{}", dump(&buf));
+    press(&mut form, "n");
+    press(&mut form, "ftry2");
+    form.set_error("`try2` is taken");
+    let buf = render(72, 16, |f| {
+        f.render_widget(CheckpointsDialog::new(&form), f.area());
+    });
+    insta::assert_snapshot!("checkpoints_overlay_fork_name", dump(&buf));
+}
+
+#[test]
+fn checkpoints_overlay_empty_and_small() {
+    let form = CheckpointsForm::new("gv 3f2a9c0d1b2e", Vec::new());
+    let buf = render(70, 9, |f| {
+        f.render_widget(CheckpointsDialog::new(&form), f.area());
+    });
+    insta::assert_snapshot!(dump(&buf));
+    assert!(dump(&buf).contains("No checkpoints yet"));
+    // Too small for everything: nothing panics, the selection stays in view.
+    let mut form = CheckpointsForm::new("gv", checkpoints());
+    press(&mut form, "r");
+    for (w, h) in [(30, 8), (10, 3), (1, 1)] {
+        render(w, h, |f| {
+            f.render_widget(CheckpointsDialog::new(&form), f.area());
+        });
+    }
+}

@@ -188,6 +188,10 @@ impl App {
                         "checkpoint the focused tab's domain (gVisor; `lazaret restore` brings it back)",
                     ),
                     b(
+                        format!("{p} K"),
+                        "its checkpoints: k take, r restore (asks y/n), f fork (asks a name), Esc",
+                    ),
+                    b(
                         format!("{p} Tab"),
                         "keys to the next panel on screen (Up/Down, Enter opens, Esc back to the shell)",
                     ),
@@ -331,6 +335,7 @@ impl App {
         let mode = self.mode;
         let typing = self.input.is_some();
         let new_tab = self.new_tab.as_ref();
+        let checkpoints = self.checkpoints.as_ref().map(|o| &o.form);
         let stdout_sync = self.stdout_terminal;
         if stdout_sync {
             let _ = ratatui::crossterm::execute!(
@@ -382,6 +387,7 @@ impl App {
                     if !modal_open
                         && !self.help
                         && new_tab.is_none()
+                        && checkpoints.is_none()
                         && let Some(pos) = pane.cursor(areas.pane)
                     {
                         f.set_cursor_position(pos);
@@ -478,6 +484,9 @@ impl App {
             );
             if let Some(form) = new_tab {
                 f.render_widget(NewTabDialog::new(form), f.area());
+            }
+            if let Some(form) = checkpoints {
+                f.render_widget(CheckpointsDialog::new(form), f.area());
             }
             if let Some(h) = &help {
                 f.render_widget(HelpOverlay::new(h), f.area());

@@ -1,7 +1,7 @@
-//! Input routing: the help overlay, the new-tab dialog and the status-line
-//! prompt take keys first, then the approval modal (first refusal: a key it
-//! consumes never reaches the shell), then the prefix key's commands, and
-//! only then the focused pane.
+//! Input routing: the help overlay, the new-tab dialog, the checkpoints
+//! overlay and the status-line prompt take keys first, then the approval
+//! modal (first refusal: a key it consumes never reaches the shell), then
+//! the prefix key's commands, and only then the focused pane.
 
 use crate::client::approval::{PromptKey, Step};
 
@@ -17,6 +17,7 @@ impl App {
         if self.mode == Mode::Workbench
             && m.kind == MouseEventKind::Down(ratatui::crossterm::event::MouseButton::Left)
             && self.new_tab.is_none()
+            && self.checkpoints.is_none()
             && !self.help
             && self.click(m.column, m.row)
         {
@@ -26,7 +27,7 @@ impl App {
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
         };
-        if !tab.prompts.is_empty() || self.help {
+        if !tab.prompts.is_empty() || self.help || self.checkpoints.is_some() {
             return;
         }
         let modes = tab.state.input_modes();
@@ -82,6 +83,12 @@ impl App {
             form.paste(text);
             return;
         }
+        // Only the fork's name takes text; a paste never reaches the
+        // shell under the overlay.
+        if let Some(o) = self.checkpoints.as_mut() {
+            o.form.paste(text);
+            return;
+        }
         // The status-line prompt ("allow egress to:") is one line: a paste
         // lands in it up to its first line break, never in the shell.
         if let Some(input) = self.input.as_mut() {
@@ -129,6 +136,10 @@ impl App {
         }
         if self.new_tab.is_some() {
             self.new_tab_key(key);
+            return;
+        }
+        if self.checkpoints.is_some() {
+            self.checkpoints_key(key);
             return;
         }
         if let Some(input) = self.input.as_mut() {
@@ -390,6 +401,7 @@ impl App {
             KeyCode::Char('e') => self.toggle(Panel::Escalations),
             KeyCode::Char('a') => self.toggle(Panel::Audit),
             KeyCode::Char('k') => self.take_checkpoint(),
+            KeyCode::Char('K') => self.open_checkpoints(),
             _ => {}
         }
     }
@@ -403,7 +415,7 @@ impl App {
 
     /// Prefix k: a checkpoint of the focused tab's domain, on a worker
     /// thread; the status line says what became of it.
-    fn take_checkpoint(&mut self) {
+    pub(super) fn take_checkpoint(&mut self) {
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
         };

@@ -269,27 +269,7 @@ fn runtime_label(profile: &ProfileChoice) -> String {
 }
 
 fn footer(width: u16) -> Vec<Line<'static>> {
-    let width = usize::from(width);
-    let key_style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
-    let mut lines = vec![Line::default()];
-    let mut used = 0;
-    for (key, action) in KEYS {
-        let item = key.len() + 1 + action.len();
-        if used > 0 && used + 3 + item > width {
-            lines.push(Line::default());
-            used = 0;
-        }
-        let line = lines.last_mut().expect("lines starts non-empty");
-        if used > 0 {
-            line.spans
-                .push(Span::styled(" · ", Style::new().fg(Color::DarkGray)));
-            used += 3;
-        }
-        line.spans.push(Span::styled(key, key_style));
-        line.spans.push(Span::raw(format!(" {action}")));
-        used += item;
-    }
-    lines
+    super::key_footer(&KEYS, usize::from(width))
 }
 
 /// Column widths of the profile table in `width` columns (after the
