@@ -278,7 +278,7 @@ pub fn put_back(podman: &Podman, domain_root: &Path, files: &Path) -> Result<(),
     if names.is_empty() {
         return Ok(());
     }
-    let mut gone: Vec<std::ffi::OsString> = ["unshare", "rm", "-rf", "--"]
+    let mut gone: Vec<std::ffi::OsString> = ["unshare", "rm", "-rf", "--one-file-system", "--"]
         .iter()
         .map(Into::into)
         .collect();
