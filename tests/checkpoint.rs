@@ -196,6 +196,9 @@ fn runc_cannot_take_a_checkpoint() {
     let out = d.lazaret_raw(&["restore", "any", "-p", "rc"]);
     assert!(!out.status.success());
     assert!(text(&out).1.contains("only gVisor"), "{:?}", text(&out));
+    let out = d.lazaret_raw(&["fork", "rc", "any", "--as", "try2"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("only gVisor"), "{:?}", text(&out));
     let _ = holder.kill();
     let _ = holder.wait();
 }
