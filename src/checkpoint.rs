@@ -200,7 +200,7 @@ pub fn kept_folders(domain_root: &Path) -> Vec<String> {
             let kind = e.file_type().ok()?;
             let name = e.file_name().into_string().ok()?;
             let folder = name == "workspace" || name == "agent.git" || name.ends_with("_changes");
-            let file = name == crate::git_sentry::MOUNTPOINTS_FILE;
+            let file = name == crate::domain::MOUNTPOINTS_FILE;
             ((folder && kind.is_dir()) || (file && kind.is_file())).then_some(name)
         })
         .collect();

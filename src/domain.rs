@@ -284,6 +284,10 @@ impl DomainPaths {
     }
 }
 
+/// In each Domain Root: the mount points the sandbox created in the
+/// workspace (removed at teardown; a checkpoint keeps the list).
+pub const MOUNTPOINTS_FILE: &str = "mountpoints";
+
 /// In each Domain Root: which (profile, workspace) it belongs to, so a
 /// stopped domain can be named without its containers.
 pub const ANCHOR_FILE: &str = "anchor.json";

@@ -233,7 +233,7 @@ fn make_fork(
     let files = crate::checkpoint::dir(&fork_root, &chosen.name).join("files");
     // The mount points the original made in its clone are the fork's now
     // (the saved sandbox's mount table follows them).
-    let points = files.join(crate::git_sentry::MOUNTPOINTS_FILE);
+    let points = files.join(crate::domain::MOUNTPOINTS_FILE);
     if let Ok(text) = std::fs::read_to_string(&points) {
         let moved: String = text
             .lines()

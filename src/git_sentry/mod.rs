@@ -36,8 +36,7 @@ pub const AGENT_GITDIR_IN_SANDBOX: &str = "/run/lazaret/agent.git";
 pub const KIND_FILE: &str = "workspace.kind";
 /// Direct mode: the workspace's metadata at the first start ([`tree`]).
 pub const SNAPSHOT_FILE: &str = "workspace.snapshot";
-/// Mount points the sandbox created in the host folder (removed at teardown).
-pub const MOUNTPOINTS_FILE: &str = "mountpoints";
+pub use crate::domain::MOUNTPOINTS_FILE;
 /// An empty folder and file mounted read-only over paths the agent must not
 /// create (`/workspace/.git` of a plain folder, `/workspace/lazaret.toml`).
 const EMPTY_DIR: &str = "empty.d";
