@@ -242,24 +242,6 @@ fn a_restore_that_fails_leaves_nothing_running() {
     assert!(up["data"].get("restored").is_none(), "{up}");
 }
 
-/// `git ARGS` in the workspace `ws`, with an author.
-fn commit(ws: &std::path::Path, message: &str) {
-    common::git(
-        ws,
-        &[
-            "-c",
-            "user.name=dev",
-            "-c",
-            "user.email=dev@example.invalid",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            message,
-        ],
-    );
-}
-
 /// A fork runs beside the original from the original's checkpoint, with
 /// its own files, branch and credentials: the original's session
 /// credential and client certificate, which the forked processes still
@@ -271,8 +253,7 @@ fn commit(ws: &std::path::Path, message: &str) {
 fn a_fork_runs_beside_the_original_with_its_own_identity() {
     let d = Domain::new("gv");
     let ws = d.ws();
-    common::git(&ws, &["init", "-q", "-b", "main"]);
-    commit(&ws, "first");
+    common::git_repo(&ws);
     let ui = d.tmux(120, 30, "ui -p gv", Some("echo EXIT=$?; sleep 600"));
     ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
     // In the original's memory: a counter, and its credentials.

@@ -34,6 +34,9 @@ fn overlay(s: &str) -> bool {
 #[test]
 fn the_workbench_takes_forks_and_restores_checkpoints() {
     let d = Domain::new("gv");
+    // A git project: the agent works in its clone, on its branch.
+    let ws = d.ws();
+    common::git_repo(&ws);
     let ui = d.tmux(120, 34, "ui -p gv", Some("echo EXIT=$?; sleep 600"));
     ui.wait_for(120, "the workbench's shell", |s| s.contains("root@"));
     ui.line("clear; (i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) &");
@@ -114,7 +117,24 @@ fn the_workbench_takes_forks_and_restores_checkpoints() {
         assert!(Instant::now() < deadline, "the counter is too slow");
         std::thread::sleep(Duration::from_millis(200));
     }
-    // `r` asks first, and says what becomes of the sessions.
+    // The agent commits after the checkpoint; its branch in the repository
+    // follows.
+    assert_eq!(
+        d.sh("cd /workspace && git -c user.name=a -c user.email=a@b.invalid commit -q --allow-empty -m after").0,
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::git(&ws, &["log", "--format=%s", "-1", "lazaret/agent-gv", "--"]).trim()
+        != "after"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the agent's branch did not follow"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // `r` asks first, and says what becomes of the sessions; then, since
+    // the restore sets the agent's branch back, asks again.
     ui.send(&["C-a", "K"]);
     ui.wait_for(10, "the overlay again", |s| {
         overlay(s) && s.contains(&format!("› {name}"))
@@ -122,6 +142,13 @@ fn the_workbench_takes_forks_and_restores_checkpoints() {
     ui.send(&["r"]);
     ui.wait_for(10, "the restore question", |s| {
         s.contains(&format!("Restore {name}?")) && s.contains("y restore")
+    });
+    ui.send(&["y"]);
+    ui.wait_for(10, "the question about the branch", |s| {
+        let joined = s.replace('\n', " ");
+        s.contains(&format!("Restore {name} anyway?"))
+            && joined.contains("lazaret/agent-gv")
+            && s.contains("y restore anyway")
     });
     let before_restore = count(&d);
     ui.send(&["y"]);

@@ -112,8 +112,12 @@ pub fn restore(
     let chosen = find(&resolved, &root, name)?;
     // The agent's branch in the user's repository follows the restored
     // clone: commits it gained since the checkpoint would leave it.
-    if let Some((branch, n)) = branch_set_back(&engine, &resolved, &chosen)?
-        && !force
+    if let Some((branch, n)) = crate::engine::branch_set_back(
+        &engine.data_root,
+        &resolved.domain,
+        resolved.profile.workspace_mode,
+        &chosen.name,
+    )? && !force
     {
         bail!(
             "restoring checkpoint {name} sets branch {branch} in {} back by {n} commit(s) the agent made since (your repository's reflog keeps them); restore anyway with --force, or keep them first (e.g. `git branch keep {branch}`)",
@@ -260,32 +264,6 @@ fn make_fork(
     })?;
     crate::git_sentry::sync::point_branch(&kept, &forked.domain.agent_branch(), &oid)?;
     Ok(())
-}
-
-/// The agent's branch and how many commits it has in the host's
-/// repository beyond the checkpoint's copy of it, when restoring would set
-/// it back.
-fn branch_set_back(
-    engine: &crate::engine::Engine,
-    resolved: &crate::config::ResolvedProfile,
-    chosen: &crate::checkpoint::Checkpoint,
-) -> Result<Option<(String, u64)>> {
-    let layout = engine.layout(resolved)?;
-    let (Some(gitdir), Some(_)) = (&layout.agent_gitdir, &layout.host_dotgit) else {
-        return Ok(None);
-    };
-    let root = resolved.domain.domain_root(&engine.data_root);
-    let kept = crate::checkpoint::dir(&root, &chosen.name)
-        .join("files")
-        .join(gitdir.strip_prefix(&root).unwrap_or(gitdir));
-    if !kept.is_dir() {
-        return Ok(None);
-    }
-    let branch = resolved.domain.agent_branch();
-    let Some(saved) = crate::git_sentry::sync::read_branch(&kept, &branch)? else {
-        return Ok(None);
-    };
-    Ok(crate::git_sentry::commits_beyond(&layout.host, &branch, &saved).map(|n| (branch, n)))
 }
 
 /// The checkpoint `name` of the domain `resolved` (gVisor only).

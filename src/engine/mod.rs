@@ -1254,6 +1254,36 @@ fn record_mountpoints(root: &Path, points: &[PathBuf]) -> Result<(), EngineError
 /// Removes the recorded mount points that are an empty folder or an empty
 /// file (anything else is the user's or the agent's now: kept, and
 /// `lazaret review` reports what the agent made).
+/// What a restore of checkpoint `name` would set back in the user's
+/// repository: the agent's branch (the restored clone's branch is
+/// propagated there) and how many commits it has beyond the checkpoint's
+/// copy of it; None when it has none (or the workspace has no agent git).
+/// Only host git on the host's own repository runs; the checkpoint's copy
+/// is read without git.
+pub fn branch_set_back(
+    data_root: &Path,
+    anchor: &DomainAnchor,
+    mode: Option<crate::config::WorkspaceMode>,
+    name: &str,
+) -> Result<Option<(String, u64)>, EngineError> {
+    let root = anchor.domain_root(data_root);
+    let branch = anchor.agent_branch();
+    let layout = WorkspaceLayout::decide(anchor.workspace(), &root, &branch, mode)?;
+    let (Some(gitdir), Some(_)) = (&layout.agent_gitdir, &layout.host_dotgit) else {
+        return Ok(None);
+    };
+    let kept = crate::checkpoint::dir(&root, name)
+        .join("files")
+        .join(gitdir.strip_prefix(&root).unwrap_or(gitdir));
+    if !kept.is_dir() {
+        return Ok(None);
+    }
+    let Some(saved) = crate::git_sentry::sync::read_branch(&kept, &branch)? else {
+        return Ok(None);
+    };
+    Ok(crate::git_sentry::commits_beyond(&layout.host, &branch, &saved).map(|n| (branch, n)))
+}
+
 fn remove_mountpoints(root: &Path) {
     let file = root.join(crate::git_sentry::MOUNTPOINTS_FILE);
     let Ok(text) = std::fs::read_to_string(&file) else {

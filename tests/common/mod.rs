@@ -307,6 +307,31 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     o
 }
 
+/// A git repository in `dir` (made by the test user) with one empty
+/// commit on `main`.
+pub fn git_repo(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    git_commit(dir, "first");
+}
+
+/// An empty commit in the repository `dir`, with an author.
+pub fn git_commit(dir: &Path, message: &str) {
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=dev",
+            "-c",
+            "user.email=dev@example.invalid",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+        ],
+    );
+}
+
 pub fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),

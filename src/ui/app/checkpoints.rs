@@ -67,9 +67,39 @@ impl App {
                 // keys, so the focus has not moved).
                 self.take_checkpoint();
             }
-            CheckpointsOutcome::Restore { name } => {
+            CheckpointsOutcome::Restore { name, force } => {
+                if !force {
+                    // What the restore would set back in the user's
+                    // repository is asked about first, as the CLI does.
+                    let mode = self
+                        .launcher
+                        .config
+                        .select_profile(Some(&o.launch.profile))
+                        .ok()
+                        .and_then(|p| p.workspace_mode);
+                    let data_root = &self.launcher.config.data_root;
+                    match crate::engine::branch_set_back(
+                        data_root,
+                        &o.launch.ctx.anchor,
+                        mode,
+                        &name,
+                    ) {
+                        Ok(None) => {}
+                        Ok(Some((branch, n))) => {
+                            o.form.ask_force(format!(
+                                "Branch {branch} in your repository goes back by {n} commit(s) the agent made since (its reflog keeps them)."
+                            ));
+                            return;
+                        }
+                        Err(e) => {
+                            o.form
+                                .set_error(format!("cannot restore {}: {e}", visible(&name)));
+                            return;
+                        }
+                    }
+                }
                 if let Some(o) = self.checkpoints.take() {
-                    self.restore(&o.launch, &name);
+                    self.restore(&o.launch, &name, force);
                 }
             }
             CheckpointsOutcome::Fork { name, new } => {
@@ -89,7 +119,7 @@ impl App {
     /// ends those sessions, and the tabs must neither end them themselves
     /// nor report the domain going down as a failure. Afterwards the
     /// domain's sessions, as the checkpoint had them, get tabs again.
-    fn restore(&mut self, launch: &Launch, name: &str) {
+    fn restore(&mut self, launch: &Launch, name: &str, force: bool) {
         if self.refuse_while_running() {
             return;
         }
@@ -128,6 +158,7 @@ impl App {
             .into_iter()
             .map(OsString::from)
             .chain([workspace.clone().into_os_string()])
+            .chain(force.then(|| OsString::from("--force")))
             .collect();
         self.run_cli(
             args,

@@ -38,8 +38,10 @@ pub enum CheckpointsOutcome {
     /// `k`: take a new checkpoint of the domain (the overlay stays open;
     /// [`CheckpointsForm::set_rows`] shows it when it is there).
     Take,
-    /// `y` after `r` or Enter: bring the domain back as checkpoint `name`.
-    Restore { name: String },
+    /// `y` after `r` or Enter: bring the domain back as checkpoint `name`;
+    /// `force` when the human said yes to what [`CheckpointsForm::ask_force`]
+    /// warned of.
+    Restore { name: String, force: bool },
     /// Enter after `f` and a name: fork checkpoint `name` as `new` (as
     /// typed: the app checks it).
     Fork { name: String, new: String },
@@ -53,6 +55,8 @@ enum Question {
     Restore,
     /// The fork's name, typed so far.
     ForkName(String),
+    /// Restore anyway, although it costs what the warning says? y/n.
+    Force(String),
 }
 
 /// The longest fork name the field takes (the rule allows 32; a few more
@@ -119,6 +123,12 @@ impl CheckpointsForm {
         self.rows.get(self.selected).map(|r| r.name.as_str())
     }
 
+    /// Asks again before the restore of the selected checkpoint: it would
+    /// also cost what `warning` says (e.g. commits leaving a branch).
+    pub fn ask_force(&mut self, warning: impl Into<String>) {
+        self.question = Question::Force(warning.into());
+    }
+
     /// Whether the overlay asks for a fork's name (a paste goes there).
     pub fn naming(&self) -> bool {
         matches!(self.question, Question::ForkName(_))
@@ -144,13 +154,15 @@ impl CheckpointsForm {
             .modifiers
             .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
         match &mut self.question {
-            Question::Restore => {
+            Question::Restore | Question::Force(_) => {
+                let force = matches!(self.question, Question::Force(_));
                 self.question = Question::None;
                 // Only a plain `y` restores: the restore ends sessions.
                 if !chord && matches!(key.code, KeyCode::Char('y' | 'Y')) {
                     return match self.selected_name() {
                         Some(name) => CheckpointsOutcome::Restore {
                             name: name.to_string(),
+                            force,
                         },
                         None => CheckpointsOutcome::Open,
                     };
@@ -358,6 +370,24 @@ impl CheckpointsForm {
                 ]));
                 l
             }
+            Question::Force(warning) => {
+                let mut l = wrapped(
+                    &[
+                        Span::styled("Restore ", bold),
+                        Span::styled(name, bold.fg(Color::Cyan)),
+                        Span::styled(" anyway? ", bold),
+                        Span::raw(visible(warning)),
+                    ],
+                    width,
+                );
+                l.push(Line::from(vec![
+                    Span::styled("y", key_style()),
+                    Span::raw(" restore anyway · "),
+                    Span::styled("n", key_style()),
+                    Span::raw(" keep it as it is"),
+                ]));
+                l
+            }
             Question::ForkName(typed) => {
                 let mut l = wrapped(
                     &[
@@ -541,7 +571,24 @@ mod tests {
         f.handle_key(key(KeyCode::Char('r')));
         assert_eq!(
             f.handle_key(key(KeyCode::Char('y'))),
-            CheckpointsOutcome::Restore { name: "a".into() }
+            CheckpointsOutcome::Restore {
+                name: "a".into(),
+                force: false
+            }
+        );
+        // Asked again when it costs more: only y forces it.
+        f.ask_force("branch x goes back");
+        assert_eq!(
+            f.handle_key(key(KeyCode::Char('n'))),
+            CheckpointsOutcome::Open
+        );
+        f.ask_force("branch x goes back");
+        assert_eq!(
+            f.handle_key(key(KeyCode::Char('y'))),
+            CheckpointsOutcome::Restore {
+                name: "a".into(),
+                force: true
+            }
         );
     }
 
