@@ -62,6 +62,14 @@ fn runsc_flags(help: &str) -> Result<Vec<&'static str>, WrapperError> {
     if has("-oci-seccomp") {
         flags.push("--oci-seccomp");
     }
+    // A TCP connection that is open, or closed a moment ago and still
+    // lingering, makes `runsc checkpoint` refuse the whole save (measured:
+    // "endpoint cannot be saved in connected state"); an agent talking to
+    // its API always has one. With this the save resets them instead:
+    // programs see the connection aborted and connect again.
+    if has("-net-disconnect-ok") {
+        flags.push("--net-disconnect-ok");
+    }
     Ok(flags)
 }
 
@@ -173,7 +181,7 @@ mod tests {
 
     #[test]
     fn picks_the_host_uds_flag_this_runsc_has() {
-        let new = "  -host-uds value\n  -ignore-cgroups\n  -directfs\n  -overlay2 value\n";
+        let new = "  -host-uds value\n  -ignore-cgroups\n  -directfs\n  -overlay2 value\n  -net-disconnect-ok\n";
         assert_eq!(
             runsc_flags(new).unwrap(),
             vec![
@@ -181,7 +189,8 @@ mod tests {
                 "--network=sandbox",
                 "--host-uds=open",
                 "--directfs=false",
-                "--overlay2=root:memory"
+                "--overlay2=root:memory",
+                "--net-disconnect-ok"
             ]
         );
         let old = "  -fsgofer-host-uds\n";
