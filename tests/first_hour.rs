@@ -670,23 +670,28 @@ impl FirstHour {
     /// Fails when it printed an error line that `guide_shows` lacks.
     fn step(&self, command: &str, secs: u64, guide_shows: &[&str]) -> (i32, String) {
         self.t.tmux(&["clear-history", "-t", "0:0"]);
-        // Markers printed by printf, so the typed line never holds them.
+        // Markers printed by printf, so the typed line never holds them;
+        // numbered, so the last step's end, still on screen until the
+        // shell runs `clear`, is not taken for this one's (seen under load).
+        static STEPS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STEPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (begin, end) = (format!("STEP-{n}-BEGIN"), format!("STEP-{n}-END rc="));
         self.t.line(&format!(
-            "clear; printf 'STEP-%s\\n' BEGIN; {command}; printf 'STEP-%s rc=%s\\n' END $?"
+            "clear; printf 'STEP-%s-%s\\n' {n} BEGIN; {command}; printf 'STEP-%s-%s rc=%s\\n' {n} END $?"
         ));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         loop {
             let all = self.text_of("0:0");
             if let Some(rc) = all
                 .lines()
-                .find_map(|l| l.strip_prefix("STEP-END rc="))
+                .find_map(|l| l.strip_prefix(end.as_str()))
                 .and_then(|r| r.trim().parse::<i32>().ok())
             {
                 let printed: String = all
                     .lines()
-                    .skip_while(|l| l.trim_end() != "STEP-BEGIN")
+                    .skip_while(|l| l.trim_end() != begin)
                     .skip(1)
-                    .take_while(|l| !l.starts_with("STEP-END rc="))
+                    .take_while(|l| !l.starts_with(end.as_str()))
                     .map(|l| format!("{l}\n"))
                     .collect();
                 let bad = error_lines(&printed, guide_shows);
