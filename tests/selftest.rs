@@ -46,7 +46,7 @@ fn fake_runsc(s: &Scratch) -> String {
 case "$1" in flags|--version) exec {runsc} "$@";; esac
 for a in "$@"; do
   shift
-  case "$a" in --ignore-cgroups|--network=*|--host-uds=*|--directfs=*|--fsgofer-host-uds|--oci-seccomp|--overlay2=*) ;; *) set -- "$@" "$a";; esac
+  case "$a" in --ignore-cgroups|--network=*|--host-uds=*|--directfs=*|--fsgofer-host-uds|--oci-seccomp|--overlay2=*|--net-disconnect-ok) ;; *) set -- "$@" "$a";; esac
 done
 exec runc "$@"
 "#
