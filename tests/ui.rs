@@ -79,28 +79,26 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
     t.line("clear; echo T2-$((7*7))");
     t.wait_for(20, "the second shell's output", |s| s.contains("T2-49"));
 
-    // Approve with the key: the modal opens over the pane that asked. For
-    // a moment it holds keys, so typing meant for the shell (`a` of `cat`)
-    // neither answers it nor reaches the shell.
+    // A request never takes the keyboard (decisions.md D15): it waits,
+    // said on the pane's border and the status line, until the human opens
+    // it with prefix `!`; the code shown in it approves.
     t.line(&format!(
         "clear; {ESC} --justify step-approve -- whoami; echo A-EXIT=$?"
     ));
-    t.wait_for(20, "the held modal", |s| s.contains("keys held a moment"));
-    t.send(&["-l", "ca"]);
-    let s = t.wait_for(20, "the modal", |s| modal_with(s, "step-approve"));
-    assert!(
-        !s.contains("A-EXIT"),
-        "a held key answered the request:\n{s}"
-    );
-    assert!(s.contains("whoami"), "{s}");
+    let s = t.wait_for(20, "the waiting request", common::request_waits);
+    assert!(s.contains("a host request waits"), "{s}");
     // The tab bar carries a badge for the pending request.
     assert!(s.lines().next().unwrap_or("").contains("2:gv-2  !1"), "{s}");
+    let s = common::open_request_by_bang(&t, "step-approve");
+    assert!(!s.contains("A-EXIT"), "answered before it was opened:\n{s}");
+    assert!(s.contains("whoami"), "{s}");
+    // `a` is no approval: the modal says what is.
     t.send(&["a"]);
+    t.wait_for(20, "the refusal's reason", |s| {
+        s.contains("to approve, type the code")
+    });
+    common::approve_modal(&t, "step-approve");
     let s = t.wait_for(20, "the approved result", |s| s.contains("A-EXIT=0"));
-    assert!(
-        !s.lines().any(|l| l.trim_end().ends_with("# ca")),
-        "held keys reached the shell:\n{s}"
-    );
     let expected = common::test_user().map_or_else(
         || std::env::var("USER").unwrap_or_default(),
         |u| u.name.clone(),
@@ -127,8 +125,8 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
 }
 
 /// The panels, the prefix key's own commands, and a runtime that is not
-/// gVisor shown loudly; Q in the modal aborts the UI, all its sessions, and
-/// with them the domain.
+/// gVisor shown loudly; q then y in the modal aborts the asking tab's
+/// session, and with it its domain, and nothing else.
 #[test]
 fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     let d = Domain::new("rc");
@@ -195,8 +193,7 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     t.line(&format!(
         "clear; {ESC} --justify step-queue -- whoami; echo Q-EXIT=$?"
     ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-queue"));
-    t.send(&["a"]);
+    common::open_and_approve(&t, "step-queue");
     t.wait_for(20, "the approved result", |s| s.contains("Q-EXIT=0"));
     // The queue shows the result the coordinator sent back: exit code and
     // output.
@@ -285,14 +282,26 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
             && s.contains("root@")
             && s.contains(&format!("gv {} · gVisor", gv.hash()))
     });
-    // Q aborts (spec §5.2): the request is denied and the UI ends, every
-    // session of it (the gv tab too), and with them both domains.
+    // q, then y, aborts (spec §5.2), as far as the human chose: the
+    // request is denied and the asking tab's session ends, with it its
+    // domain (its last session); the gv tab and its domain stay.
     t.send(&["C-a", "1"]);
     t.line(&format!("clear; {ESC} --justify step-abort -- whoami"));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-abort"));
+    common::open_request_by_bang(&t, "step-abort");
     t.send(&["q"]);
-    t.wait_exit(30, "lazaret ui");
+    let s = t.wait_for(20, "the question", |s| s.contains("abort: deny, and end"));
+    assert!(s.contains("other tabs stay"), "{s}");
+    t.send(&["y"]);
     d.wait_until_gone();
+    assert!(
+        t.alive(),
+        "the abort of one tab's request ended the workbench"
+    );
+    t.send(&["C-a", "2"]);
+    t.line("clear; echo GV-$((5*5))");
+    t.wait_for(20, "the gv tab, alive", |s| s.contains("GV-25"));
+    t.quit_ending_sessions();
+    t.wait_exit(30, "lazaret ui");
     wait_domain_gone(&gv, Vec::new);
     // The human's decisions reached the coordinator, the abort included.
     let decisions = decisions(&d);
@@ -376,15 +385,16 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
         "clear; (trap '' HUP; {ESC} --justify step-close -- {touch}; echo RC=$? > /tmp/close-rc) </dev/null >/dev/null 2>/tmp/close-err &"
     ));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !modal_with(&t.screen(), "step-close") {
+    while !common::request_waits(&t.screen()) {
         assert!(
             std::time::Instant::now() < deadline,
-            "no modal; the requester said: {:?}\n{}",
+            "no request; the requester said: {:?}\n{}",
             d.sh("cat /tmp/close-err; ps -ef; ls -la /tmp"),
             t.screen()
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    common::open_request_by_bang(&t, "step-close");
     // The modal names the session that signed the request.
     assert!(t.screen().contains("signed as tab gv-2 (session"));
     t.send(&["C-a", "x"]);
@@ -406,7 +416,7 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
     t.line(&format!(
         "clear; {ESC} --justify step-kill -- {touch} & echo $! > /tmp/req.pid; wait; echo K-DONE"
     ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-kill"));
+    common::open_request_by_bang(&t, "step-kill");
     let (code, _, err) = d.sh("kill -9 $(cat /tmp/req.pid)");
     assert_eq!(code, 0, "{err}");
     let s = t.wait_for(20, "the withdrawal", |s| {
@@ -515,6 +525,8 @@ fn identical_requests_are_one_modal_with_a_count() {
         "clear; for i in 1 2 3; do {ESC} --justify flood-same -- mkdir {} & done 2>/dev/null; wait; echo F-DONE",
         canary.display()
     ));
+    t.wait_for(30, "the waiting requests", common::request_waits);
+    common::open_request_by_bang(&t, "flood-same");
     let s = t.wait_for(30, "one modal counting three", |s| {
         modal_with(s, "flood-same") && s.contains("×3 identical")
     });
@@ -700,8 +712,7 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
         !modal_with(&s, "h29-bg"),
         "the modal waits in its tab:\n{s}"
     );
-    common::open_request_by_bang(&t, "h29-bg");
-    t.send(&["a"]);
+    common::open_and_approve(&t, "h29-bg");
     t.wait_for(30, "the marks cleared", |s| {
         s.contains("H29=0")
             && !s.lines().next().unwrap_or("").contains("!1")
@@ -751,4 +762,167 @@ fn the_dashboard_marks_a_waiting_request_and_prefix_bang_opens_it() {
     assert!(secs >= 8, "up {up} after more than ten seconds:\n{s}");
     t.quit_ending_sessions();
     t.wait_exit(60, "lazaret ui");
+}
+
+/// What a human types to the agent, with every decision key in both
+/// cases (a A d D e E q Q y Y), punctuation and Enter.
+const PROSE: [&str; 3] = [
+    "Add a Quick test for the parser, and Deny nothing: Edit the README too.",
+    "yes, Yes! Queue it all; do not abort. DEAD keys? never, quietly EQ.",
+    "e a d q E A D Q y Y - done and EXACT, Adequately Quoted.",
+];
+
+/// Decisions.md D15, issue 39: a request that arrives while the human
+/// types to the agent never takes the keyboard. A shell in a tab runs
+/// `cat > FILE`; a request arrives four seconds in, mid-sentence; three
+/// sentences are typed at a human's speed with pauses. Afterwards nothing
+/// ran on the host, no decision is in the audit log, the request still
+/// waits, and FILE holds every key typed. Then the deliberate path (prefix
+/// `!`, the code) approves it and it runs once.
+fn typing_never_answers_a_request(profile: &'static str) {
+    let d = Domain::new(profile);
+    let t = start_ui(&d, 120, 40);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    let canary = d.s.path().join("typed-over");
+    t.line(&format!(
+        "clear; ( sleep 4; {ESC} --justify typed-over -- mkdir {}; echo REQ=$? > /tmp/req-rc ) </dev/null >/tmp/req-out 2>&1 & cat > /tmp/typed",
+        canary.display()
+    ));
+    let started = std::time::Instant::now();
+    let mut typed = String::new();
+    for (i, sentence) in PROSE.iter().enumerate() {
+        for c in sentence.chars() {
+            // tmux takes a lone `;` as its own command separator.
+            let key = if c == ';' {
+                "\\;".to_string()
+            } else {
+                c.to_string()
+            };
+            t.send(&["-l", &key]);
+            // 60-130 ms between keys, as people type.
+            let gap = 60 + (u64::from(u32::from(c)) * 7) % 70;
+            std::thread::sleep(std::time::Duration::from_millis(gap));
+        }
+        t.send(&["Enter"]);
+        typed.push_str(sentence);
+        typed.push('\n');
+        if i == 0 {
+            // The request came while the first sentence was typed.
+            let s = t.wait_for(20, "the request, waiting", common::request_waits);
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "the request came late: {:?}",
+                started.elapsed()
+            );
+            assert!(s.contains("a host request waits"), "{s}");
+        }
+        // A pause between sentences, as people make.
+        std::thread::sleep(std::time::Duration::from_millis(2_000 + 500 * i as u64));
+    }
+    // End of input for cat.
+    t.send(&["C-d"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let file = loop {
+        let (_, out, _) = d.sh("pgrep -x cat >/dev/null || cat /tmp/typed");
+        if !out.is_empty() || std::time::Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(file, typed, "keys typed for the agent were lost or taken");
+    assert!(!canary.exists(), "typing approved a host command");
+    assert!(
+        decisions(&d).is_empty(),
+        "typing decided: {:?}",
+        decisions(&d)
+    );
+    let (_, rc, _) = d.sh("cat /tmp/req-rc 2>/dev/null");
+    assert!(rc.is_empty(), "the request was answered: {rc}");
+    let s = t.screen();
+    assert!(
+        common::request_waits(&s),
+        "the request no longer waits:\n{s}"
+    );
+
+    // The deliberate path: prefix !, then the code.
+    common::open_and_approve(&t, "typed-over");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, rc, _) = d.sh("cat /tmp/req-rc 2>/dev/null");
+        if rc.contains("REQ=") {
+            assert_eq!(rc.trim(), "REQ=0");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the approved request never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(canary.is_dir(), "the approved command did not run");
+    assert_eq!(decisions_at_least(&d, 1), vec!["approved"]);
+    t.quit_ending_sessions();
+    t.wait_exit(30, "lazaret ui");
+    d.wait_until_gone();
+}
+
+#[test]
+fn typing_never_answers_a_request_under_gvisor() {
+    typing_never_answers_a_request("gv");
+}
+
+#[test]
+fn typing_never_answers_a_request_under_runc() {
+    typing_never_answers_a_request("rc");
+}
+
+/// Issue 39 at 80x24 with a panel open: the modal takes the width it
+/// needs (the panel yields), the command's first word is on its first
+/// row, and approving is refused with the reason until its end was seen.
+#[test]
+fn a_request_at_80x24_with_a_panel_open_is_read_whole_before_approval() {
+    let d = Domain::new("gv");
+    let t = start_ui(&d, 80, 24);
+    t.wait_for(120, "the sandbox shell", |s| s.contains("root@"));
+    t.send(&["C-a", "s"]);
+    t.wait_for(20, "the sessions panel", |s| s.contains("Sessions"));
+    let dir = d.s.path().join("narrow-canary");
+    t.line(&format!(
+        "clear; D={}; {ESC} --justify narrow-one -- mkdir -p $D $(seq -f \"$D/p-%g\" 0 29); echo N-EXIT=$?",
+        dir.display(),
+    ));
+    t.wait_for(20, "the waiting request", common::request_waits);
+    t.send(&["C-a", "!"]);
+    let s = t.wait_for(20, "the modal, armed", |s| {
+        s.contains("Host escalation request") && s.contains("read to the end to approve")
+    });
+    let first_row = s
+        .lines()
+        .skip_while(|l| !l.contains("Command (exactly what runs)"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first_row.contains("mkdir -p"), "{s}");
+    // Wider than the pane beside the panel was: nearly the whole screen.
+    let top = s
+        .lines()
+        .find(|l| l.contains("Host escalation request"))
+        .unwrap_or_default();
+    assert!(
+        top.chars().count() >= 76 && top.trim().chars().count() >= 70,
+        "{s}"
+    );
+    t.send(&["a"]);
+    t.wait_for(20, "approving refused, and why", |s| {
+        s.contains("read the whole request first")
+    });
+    assert!(!dir.exists());
+    for _ in 0..30 {
+        t.send(&["PageDown"]);
+    }
+    common::approve_modal(&t, "narrow-one");
+    t.wait_for(30, "the approved result", |s| s.contains("N-EXIT=0"));
+    assert!(dir.join("p-29").is_dir());
+    t.quit_ending_sessions();
+    t.wait_exit(30, "lazaret ui");
+    d.wait_until_gone();
 }

@@ -25,7 +25,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::termios::{self, SetArg};
 use nix::unistd::Pid;
 
-use super::approval::{ARMING, Approval, Approving, PromptKey, Step};
+use super::approval::{ARMING, Approval, PromptKey, Step};
 use super::prompt_page;
 use super::terminal::{Key, KeyReader, approval_code, flush_input, reset_for_prompt};
 use crate::coordinator::escalation::{Prompt, Verdict};
@@ -129,7 +129,12 @@ fn prompt_key(key: &Key) -> PromptKey {
         Key::Enter => PromptKey::Enter,
         Key::Backspace => PromptKey::Backspace,
         Key::Kill => PromptKey::Kill,
-        Key::Escape => PromptKey::Escape,
+        Key::KillWord => PromptKey::KillWord,
+        Key::Home => PromptKey::Home,
+        Key::End => PromptKey::End,
+        Key::WordLeft => PromptKey::WordLeft,
+        Key::WordRight => PromptKey::WordRight,
+        Key::Escape => PromptKey::Cancel,
         Key::Up => PromptKey::Up,
         Key::Down => PromptKey::Down,
         Key::PageUp => PromptKey::PageUp,
@@ -217,8 +222,10 @@ fn ask_armed(
     };
     flush_input(&tty);
     let (cols, rows) = ratatui::crossterm::terminal::size().unwrap_or((80, 24));
-    let code = approval_code(CODE_LEN);
-    let mut approval = Approval::new(prompt.clone(), Approving::Code(code));
+    let mut approval = Approval::new(prompt.clone(), approval_code(CODE_LEN));
+    // Nothing else can be typed to here: the sandbox's output waits (D10),
+    // so the request opens at once; type-ahead is flushed after the hold.
+    approval.open(std::time::Instant::now());
     // Drawn whole each time: a page never taller or wider than the
     // terminal, so nothing scrolls.
     let draw = |tty: &mut File, approval: &mut Approval| -> Result<(), (u16, u16)> {
@@ -243,7 +250,6 @@ fn ask_armed(
     // Keys typed before the prompt was there are not answers to it.
     std::thread::sleep(ARMING);
     flush_input(&tty);
-    approval.arm();
     let Ok(reader) = tty.try_clone() else {
         return gone();
     };
@@ -263,7 +269,16 @@ fn ask_armed(
             Input::Gone => break gone(),
             Input::Key(k) => k,
         };
-        if let Step::Decided(verdict) = approval.key(prompt_key(&key)) {
+        let step = approval.key(prompt_key(&key), std::time::Instant::now());
+        if step == Step::Closed {
+            // Esc or Ctrl-C: nothing else can happen to the request here
+            // (the sandbox waits for this terminal), so it is denied.
+            let _ = write!(tty, "\r\n  denied (Esc / Ctrl-C)\r\n");
+            break Verdict::Deny {
+                reason: Some("the human cancelled the prompt (Esc / Ctrl-C)".into()),
+            };
+        }
+        if let Step::Decided(verdict) = step {
             let said = match verdict {
                 Verdict::Abort => "aborting the session",
                 Verdict::Deny { .. } => "denied",

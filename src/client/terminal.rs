@@ -125,8 +125,16 @@ pub enum Key {
     Char(char),
     Enter,
     Backspace,
-    /// Ctrl-U: clear the line.
+    /// Ctrl-U: delete to the line's start.
     Kill,
+    /// Ctrl-W: delete the word before the cursor.
+    KillWord,
+    /// Ctrl-A / Ctrl-E: the line's start / end.
+    Home,
+    End,
+    /// Alt-B / Alt-F: a word back / forward.
+    WordLeft,
+    WordRight,
     /// Esc, or Ctrl-C.
     Escape,
     /// Cursor and page keys, to read a long request.
@@ -170,6 +178,9 @@ impl Perform for Keys {
             b'\r' | b'\n' => Key::Enter,
             0x7f | 0x08 => Key::Backspace,
             0x15 => Key::Kill,
+            0x17 => Key::KillWord,
+            0x01 => Key::Home,
+            0x05 => Key::End,
             0x03 => Key::Escape,
             // ENQ, and any other control: not a key of the prompt.
             _ => Key::Burst,
@@ -194,8 +205,13 @@ impl Perform for Keys {
             None => self.sequences += 1,
         }
     }
-    fn esc_dispatch(&mut self, _: &[u8], _: bool, _: u8) {
-        self.sequences += 1;
+    fn esc_dispatch(&mut self, intermediates: &[u8], _: bool, byte: u8) {
+        // Alt-B and Alt-F, as a terminal sends them (ESC b, ESC f).
+        match (intermediates, byte) {
+            ([], b'b') => self.keys.push(Key::WordLeft),
+            ([], b'f') => self.keys.push(Key::WordRight),
+            _ => self.sequences += 1,
+        }
     }
     fn osc_dispatch(&mut self, _: &[&[u8]], _: bool) {
         self.sequences += 1;
@@ -433,7 +449,14 @@ mod tests {
         assert_eq!(k.decode(b"\x7f"), Some(Key::Backspace));
         assert_eq!(k.decode(b"\x1b"), Some(Key::Escape));
         assert_eq!(k.decode("é".as_bytes()), Some(Key::Char('é')));
-        assert_eq!(k.decode(b"\x05"), Some(Key::Burst));
+        assert_eq!(k.decode(b"\x07"), Some(Key::Burst));
+        // A line editor's keys.
+        assert_eq!(k.decode(b"\x17"), Some(Key::KillWord));
+        assert_eq!(k.decode(b"\x01"), Some(Key::Home));
+        assert_eq!(k.decode(b"\x05"), Some(Key::End));
+        assert_eq!(k.decode(b"\x1bb"), Some(Key::WordLeft));
+        assert_eq!(k.decode(b"\x1bf"), Some(Key::WordRight));
+        assert_eq!(k.decode(b"\x03"), Some(Key::Escape));
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tokio::net::UnixListener;
 use super::bounds::{self, Gate};
 use super::confine::{self, Confinement, PinnedDir, Support, WorkspaceRoot};
 use super::store::{Batch, Store};
+use crate::git_sentry::WorkspaceLayout;
 
 /// How long the sandbox's and the socket's certificates live; both are
 /// renewed at half of it while the coordinator runs (a long day outlasts
@@ -216,6 +217,11 @@ pub struct Prompt {
     pub via_shell: bool,
     /// Why it was not auto-approved.
     pub reason: String,
+    /// Files of the agent's that the command's program would execute or
+    /// obey, changed since the agent's branch point (e.g. "Makefile,
+    /// changed in ec45301"): approving runs the agent's code.
+    #[serde(default)]
+    pub reads: Vec<String>,
 }
 
 /// Bytes of output an [`Outcome`] carries back to the human's queue: a
@@ -324,6 +330,7 @@ pub struct EscalationServer {
     cert_lifetime: Duration,
     pub socket: PathBuf,
     host_workspace: PathBuf,
+    layout: Option<WorkspaceLayout>,
     rules: AutoApproveRules,
     /// Landlock is there (else `rules` is empty: auto-approve is off).
     pub support: Support,
@@ -406,6 +413,9 @@ pub struct Setup<'a> {
     pub certs_dir: &'a Path,
     /// The host folder that is `/workspace` in the sandbox.
     pub host_workspace: &'a Path,
+    /// How the workspace is shared: what an approved command would read of
+    /// the agent's is found from it.
+    pub layout: Option<WorkspaceLayout>,
     /// Entries as argv; a last word `*` makes a prefix entry.
     pub auto_approve: &'a [Vec<String>],
     /// The entries among `auto_approve` that may use TCP.
@@ -466,6 +476,7 @@ impl EscalationServer {
             cert_lifetime,
             socket: s.escalation_dir.join("escalate.sock"),
             host_workspace: s.host_workspace.to_path_buf(),
+            layout: s.layout,
             rules,
             support,
             limits: s.limits,
@@ -945,6 +956,7 @@ impl EscalationServer {
                     command: req.command.clone(),
                     via_shell,
                     reason: reason.to_string(),
+                    reads: self.agent_code_read(argv.as_deref(), &req.command).await,
                 };
                 let Some(answer) = sessions.ask(prompt) else {
                     let _ = self.decided(
@@ -1026,6 +1038,20 @@ impl EscalationServer {
                 response
             }
         }
+    }
+
+    /// The agent's files the command would execute (issue 39), found off
+    /// the async workers: it reads files and runs host git.
+    async fn agent_code_read(&self, argv: Option<&[String]>, command: &str) -> Vec<String> {
+        let Some(layout) = self.layout.clone() else {
+            return Vec::new();
+        };
+        let (argv, command) = (argv.map(<[String]>::to_vec), command.to_string());
+        tokio::task::spawn_blocking(move || {
+            crate::git_sentry::reads::agent_code_read(&layout, argv.as_deref(), &command)
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Records a decision; an error (the audit log could not be written)

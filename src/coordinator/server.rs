@@ -1467,6 +1467,7 @@ fn start_escalation(
         escalation_dir: &anchor.escalation_dir(&shared.engine.socket_dir),
         certs_dir: &anchor.certs_dir(&shared.engine.rundir),
         host_workspace: &layout.workspace_source,
+        layout: Some(layout.clone()),
         auto_approve: &argvs,
         auto_approve_network: &network,
         limits: ExecLimits::default(),

@@ -13,6 +13,7 @@
 //! agent branch into the host repository.
 
 pub mod nofollow;
+pub mod reads;
 pub mod review;
 pub mod sync;
 pub mod tree;

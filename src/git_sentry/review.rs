@@ -233,14 +233,17 @@ pub fn review(layout: &WorkspaceLayout) -> Result<Review, GitError> {
     Ok(r)
 }
 
-/// The agent's branch in the host repository: read as objects only (no
-/// working tree, no attributes, no drivers).
-fn branch_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitError> {
+/// Where the agent's branch forked from the host's HEAD, and every path
+/// it changed since; `None` when the branch does not exist. Read from the
+/// host repository as objects only (no working tree, attributes, drivers).
+pub(super) fn branch_changes(
+    layout: &WorkspaceLayout,
+) -> Result<Option<(String, Vec<String>)>, GitError> {
     let branch = format!("refs/heads/{}", layout.branch);
     let mut c = host_git(&layout.host);
     c.args(["merge-base", "HEAD", &branch]);
     let Ok(base) = run(c) else {
-        return Ok(());
+        return Ok(None);
     };
     let base = base.trim().to_string();
     let mut c = host_git(&layout.host);
@@ -255,12 +258,22 @@ fn branch_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitErro
         &base,
         &branch,
     ]);
-    r.changed.extend(
-        run(c)?
-            .split('\0')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string),
-    );
+    let changed = run(c)?
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    Ok(Some((base, changed)))
+}
+
+/// The agent's branch in the host repository: read as objects only (no
+/// working tree, no attributes, no drivers).
+fn branch_review(layout: &WorkspaceLayout, r: &mut Review) -> Result<(), GitError> {
+    let Some((_, changed)) = branch_changes(layout)? else {
+        return Ok(());
+    };
+    let branch = format!("refs/heads/{}", layout.branch);
+    r.changed.extend(changed);
     // Modes from the branch's tree: symlinks and gitlinks.
     let mut c = host_git(&layout.host);
     c.args(["ls-tree", "-r", "-z", "--full-tree", &branch]);

@@ -30,7 +30,7 @@ use ratatui::widgets::{Block, BorderType};
 
 use super::tab::{self, Pending, Phase, Tab};
 use super::{Ev, FRAME, NetTable, key_matches};
-use crate::client::approval::{self, ARMING};
+use crate::client::approval::{self, LineEdit};
 use crate::client::{Launch, Launcher, Mode};
 use crate::coordinator::escalation::Verdict;
 use crate::coordinator::protocol::{
@@ -82,7 +82,7 @@ enum InputKind {
 #[derive(Debug)]
 struct Input {
     kind: InputKind,
-    text: String,
+    line: LineEdit,
 }
 
 /// A request seen by this UI, for the escalation queue.
@@ -145,8 +145,6 @@ pub struct App {
     next_refresh: Option<Instant>,
     /// When to draw again though nothing changed (a modal arming).
     redraw_at: Option<Instant>,
-    /// The modal last drawn: (tab, request); another one is held anew.
-    shown_modal: Option<(u64, String)>,
     domains: Vec<DomainStatus>,
     /// Each domain's egress refusals (by hash) when the human last had its
     /// network table on screen: the sessions panel shows those since.
@@ -240,7 +238,6 @@ impl App {
             selected: std::collections::HashMap::new(),
             next_refresh: None,
             redraw_at: None,
-            shown_modal: None,
             domains: Vec::new(),
             egress_looked: std::collections::HashMap::new(),
             domain_started: std::collections::HashMap::new(),
@@ -721,9 +718,12 @@ impl App {
                     copies: 0,
                 });
                 tab.prompts.push_back(Pending::new(prompt, &tab.title));
-                if focused != Some(id) {
-                    self.message = Some(format!("tab {} asks for a host command", tab.title));
-                }
+                // Said, never shown over the pane: the keyboard stays with
+                // what the human is typing (decisions.md D15).
+                self.message = Some(format!(
+                    "{} ! to answer: tab {} asks for a host command",
+                    self.prefix_text, tab.title
+                ));
             }
             CoordMsg::Outcome { outcome } => self.outcome_of(outcome),
             CoordMsg::Audit { records } if focused == Some(id) => {
@@ -853,9 +853,16 @@ impl App {
             .position(|t| t.prompts.iter().any(|p| p.ids().any(|i| *i == id)))
         {
             self.focus = t;
+            // The chosen request comes first: it is the one opened.
+            let prompts = &mut self.tabs[t].prompts;
+            if let Some(at) = prompts.iter().position(|p| p.ids().any(|i| *i == id)) {
+                let chosen = prompts.remove(at).expect("position is in range");
+                prompts.push_front(chosen);
+            }
         } else if let Some(i) = self.inboxed.iter().position(|p| p.prompt.request_id == id) {
             self.show_inboxed(i);
         }
+        self.open_front();
         self.dirty = true;
     }
 
@@ -1092,9 +1099,29 @@ impl App {
             (_, Some((_, i))) => {
                 self.show_inboxed(i);
             }
-            (None, None) => self.message = Some("no request waits for a human".into()),
+            (None, None) => {
+                self.message = Some("no request waits for a human".into());
+                return;
+            }
         }
+        self.open_front();
         self.dirty = true;
+    }
+
+    /// The human turned to the focused tab's front request (decisions.md
+    /// D15: only ever by such a deliberate act): its modal takes the keys.
+    /// Any other open request goes back to waiting.
+    pub(super) fn open_front(&mut self) {
+        let focus = self.focus;
+        for (i, t) in self.tabs.iter_mut().enumerate() {
+            if i != focus {
+                t.close_requests();
+            }
+        }
+        if let Some(p) = self.tabs.get_mut(focus).and_then(|t| t.prompts.front_mut()) {
+            p.approval.open(Instant::now());
+            self.redraw_at = p.approval.held_until();
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Ev;
-use crate::client::approval::{Approval, Approving};
+use crate::client::approval::Approval;
 use crate::client::session::SessionAnchor;
 use crate::client::terminal::paint;
 use crate::client::{Launch, SessionChoice};
@@ -119,9 +119,6 @@ pub struct Pending {
     /// What the modal shows, and where its last layout left the body.
     pub request: ApprovalRequest,
     pub view: ApprovalView,
-    /// When the modal was last put in front of the human (keys are held
-    /// for a moment after that).
-    pub opened: Option<Instant>,
     /// Ids of later requests identical to this one (same session, command,
     /// directory): shown once, with their count; one decision answers all.
     pub copies: Vec<String>,
@@ -159,12 +156,16 @@ impl Pending {
             command: prompt.command.clone(),
             via_shell: prompt.via_shell,
             note: Some(note.clone()),
+            reads: prompt.reads.clone(),
+            ..ApprovalRequest::default()
         };
+        // A fresh code per request (decisions.md D15): approving is typing
+        // it, which prose does not do by accident.
+        let code = crate::client::terminal::approval_code(3);
         Pending {
-            approval: Approval::new(prompt, Approving::Key),
+            approval: Approval::new(prompt, code),
             request,
             view: ApprovalView::new(),
-            opened: None,
             copies: Vec::new(),
             note,
             route,
@@ -284,6 +285,19 @@ impl HostedPane {
 }
 
 impl Tab {
+    /// Whether the human opened this tab's front request (its modal has
+    /// the keys).
+    pub fn modal_open(&self) -> bool {
+        self.prompts.front().is_some_and(|p| p.approval.is_open())
+    }
+
+    /// Every request of this tab goes back to waiting, closed.
+    pub fn close_requests(&mut self) {
+        for p in &mut self.prompts {
+            p.approval.close();
+        }
+    }
+
     /// Who stopped the domain under this tab; a shell killed with it (exit
     /// 125 and up) may end before the notice is read, so that waits a
     /// moment for it.

@@ -519,12 +519,44 @@ pub const ESCALATE: &str = "/run/lazaret/escalate";
 
 /// The approval modal of a request whose justification is `why` (it sits
 /// indented under the modal's border; the typed command line, which also
-/// holds `why`, never looks like that), armed: past the moment it holds
-/// keys after coming into view.
+/// holds `why`, never looks like that), open and armed: past the moment it
+/// holds keys after the human opened it, read to its end (the code shows).
 pub fn modal_with(s: &str, why: &str) -> bool {
     s.contains("Host escalation request")
         && s.contains(&format!("┃  {why}"))
-        && s.contains("[A] approve")
+        && s.contains("] approve & run")
+}
+
+/// Whether a request waits for the human, unopened (decisions.md D15: it
+/// never takes the keyboard; the status line says so).
+pub fn request_waits(s: &str) -> bool {
+    s.contains("⚑") && !s.contains("Host escalation request")
+}
+
+/// The code the open modal on `s` asks for (`[type xyz] approve & run`).
+pub fn modal_code(s: &str) -> Option<String> {
+    let at = s.find("[type ")? + "[type ".len();
+    let code: String = s[at..].chars().take_while(|c| *c != ']').collect();
+    (code.len() == 3 && code.chars().all(|c| c.is_ascii_lowercase())).then_some(code)
+}
+
+/// Types the code of the open, armed modal (the one of `why`: a long one
+/// read to its end may have its justification scrolled away), a key at a
+/// time, as a human approves.
+pub fn approve_modal(t: &Tmux, why: &str) {
+    let s = t.wait_for(20, &format!("the armed modal of {why}"), |s| {
+        s.contains("Host escalation request") && s.contains("] approve & run")
+    });
+    let code = modal_code(&s).unwrap_or_else(|| panic!("no code on the modal:\n{s}"));
+    for c in code.chars() {
+        t.send(&["-l", &c.to_string()]);
+    }
+}
+
+/// Opens the waiting request of `why` (prefix `!`) and approves it.
+pub fn open_and_approve(t: &Tmux, why: &str) {
+    open_request_by_bang(t, why);
+    approve_modal(t, why);
 }
 
 /// Through the approval modal in `t`'s focused shell: a request denied with
@@ -534,7 +566,7 @@ pub fn deny_then_edit(t: &Tmux, canary: &Path) {
     t.line(&format!(
         "clear; {ESCALATE} --justify step-deny -- whoami; echo D-EXIT=$?"
     ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-deny"));
+    open_request_by_bang(t, "step-deny");
     t.send(&["d"]);
     t.send(&["-l", "not now"]);
     t.send(&["Enter"]);
@@ -544,7 +576,7 @@ pub fn deny_then_edit(t: &Tmux, canary: &Path) {
     t.line(&format!(
         "clear; {ESCALATE} --justify step-edit -- whoami; echo E-EXIT=$?"
     ));
-    t.wait_for(20, "the modal", |s| modal_with(s, "step-edit"));
+    open_request_by_bang(t, "step-edit");
     t.send(&["e"]);
     t.wait_for(20, "the editor", |s| s.contains("Edit command"));
     for _ in 0.."whoami".len() {
@@ -552,6 +584,11 @@ pub fn deny_then_edit(t: &Tmux, canary: &Path) {
     }
     t.send(&["-l", &format!("touch {}", canary.display())]);
     t.send(&["Enter"]);
+    // The edit is read again and approved with the code, as any request.
+    t.wait_for(20, "the edited command to read", |s| {
+        s.contains("as you edited it")
+    });
+    approve_modal(t, "step-edit");
     t.wait_for(20, "the edited result", |s| s.contains("E-EXIT=0"));
     assert!(canary.exists(), "the edited command did not run");
 }

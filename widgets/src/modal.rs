@@ -38,6 +38,13 @@ pub struct ApprovalRequest {
     /// A line from the checker, e.g. why it was not auto-approved or that
     /// an edited command was re-checked.
     pub note: Option<String>,
+    /// Files of the agent's that the command's program would execute,
+    /// changed by the agent (e.g. `Makefile, changed in ec45301`).
+    pub reads: Vec<String>,
+    /// The command is the human's edit, not the agent's.
+    pub edited: bool,
+    /// The letters that approve (typed one by one).
+    pub code: String,
 }
 
 /// Scroll position of the modal's body, kept by the app between frames;
@@ -92,14 +99,21 @@ impl ApprovalView {
     }
 }
 
-/// The modal: request id, profile, shell or not, justification and command,
-/// with the key hints A approve & run, D deny, E edit, Q abort. With an
-/// editor it shows the command editor instead of the body.
+/// The modal: the command first, what of the agent's it would run, the
+/// justification, then request id, profile and shell, with the key hints:
+/// type the code to approve & run, d deny, e edit, q abort, Esc later.
+/// With an editor it shows the command editor instead of the body.
 #[derive(Clone, Copy, Debug)]
 pub struct ApprovalModal<'a> {
     request: &'a ApprovalRequest,
     editor: Option<(&'a CommandEditor, EditPurpose)>,
     held: bool,
+    /// Letters of the code typed so far.
+    typed: usize,
+    /// Why the last key did nothing, or what it meant.
+    note: Option<&'a str>,
+    /// Abort was asked for: what it would end, to be confirmed.
+    confirming_abort: Option<&'a str>,
 }
 
 /// What the editor of the modal is for.
@@ -117,12 +131,36 @@ impl<'a> ApprovalModal<'a> {
             request,
             editor: None,
             held: false,
+            typed: 0,
+            note: None,
+            confirming_abort: None,
         }
     }
 
+    /// `n` letters of the code are typed.
+    #[must_use]
+    pub fn typed(mut self, n: usize) -> Self {
+        self.typed = n;
+        self
+    }
+
+    /// A line saying why the last key did nothing, shown above the hints.
+    #[must_use]
+    pub fn note(mut self, note: Option<&'a str>) -> Self {
+        self.note = note;
+        self
+    }
+
+    /// Abort waits for `y`: the hints say what it ends.
+    #[must_use]
+    pub fn confirming_abort(mut self, ends: &'a str) -> Self {
+        self.confirming_abort = Some(ends);
+        self
+    }
+
     /// The keys are not taken yet (the modal just opened): the hints say
-    /// so instead of offering A/D/E/Q, so that typing meant for the shell
-    /// cannot answer the request.
+    /// so instead of offering the keys, so that keys typed before the
+    /// human saw the request cannot answer it.
     #[must_use]
     pub fn held(mut self, held: bool) -> Self {
         self.held = held;
@@ -194,10 +232,57 @@ fn field(label: &str, value: &[Span<'static>], width: u16) -> Vec<Line<'static>>
     )
 }
 
-/// The scrollable body of the read-only modal.
+/// The scrollable body of the read-only modal: the command on its first
+/// row, then what it would run of the agent's, then why and who.
 fn body(request: &ApprovalRequest, width: u16) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     let plain = |text: &str| vec![Span::raw(make_visible(text).0)];
+    let label = if request.edited {
+        "Command, as you edited it (exactly what runs)"
+    } else {
+        "Command (exactly what runs)"
+    };
+    lines.push(Line::from(Span::styled(label, label_style())));
+    let (command, command_hidden) = visible_spans(&request.command, command_style());
+    lines.extend(wrap(
+        vec![Span::raw("  ")],
+        &command,
+        2,
+        width,
+        hidden_style(),
+    ));
+    if !request.reads.is_empty() {
+        let alarm = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+        lines.push(Line::from(Span::styled(
+            "Runs the agent's code: approving executes files the agent changed",
+            alarm,
+        )));
+        for read in &request.reads {
+            let (spans, _) = visible_spans(read, Style::new().fg(Color::Yellow));
+            lines.extend(wrap(
+                vec![Span::raw("  • ")],
+                &spans,
+                4,
+                width,
+                hidden_style(),
+            ));
+        }
+        lines.extend(wrap(
+            vec![Span::raw("  ")],
+            &[Span::styled(
+                "`lazaret review` in the workspace lists every change",
+                Style::new().fg(Color::DarkGray),
+            )],
+            2,
+            width,
+            hidden_style(),
+        ));
+    }
+
+    lines.push(Line::from(Span::styled("Justification", label_style())));
+    let (why, why_hidden) = visible_spans(&request.justification, Style::new());
+    lines.extend(wrap(vec![Span::raw("  ")], &why, 2, width, hidden_style()));
+
     lines.extend(field("Request", &plain(&request.id), width));
     lines.extend(field("Profile", &plain(&request.profile), width));
     let shell = if request.via_shell {
@@ -216,24 +301,6 @@ fn body(request: &ApprovalRequest, width: u16) -> Vec<Line<'static>> {
         let (spans, _) = visible_spans(note, Style::new().fg(Color::Yellow));
         lines.extend(field("Note", &spans, width));
     }
-
-    lines.push(Line::from(Span::styled("Justification", label_style())));
-    let (why, why_hidden) = visible_spans(&request.justification, Style::new());
-    lines.extend(wrap(vec![Span::raw("  ")], &why, 2, width, hidden_style()));
-
-    lines.push(Line::from(Span::styled(
-        "Command (exactly what runs)",
-        label_style(),
-    )));
-    let (command, command_hidden) = visible_spans(&request.command, command_style());
-    lines.extend(wrap(
-        vec![Span::raw("  ")],
-        &command,
-        2,
-        width,
-        hidden_style(),
-    ));
-
     if command_hidden || why_hidden {
         let warning = Span::styled(
             "! Hidden characters (control, escape, bidi, zero-width) are shown as ␛ ^X <U+XXXX>.",
@@ -294,7 +361,7 @@ impl StatefulWidget for ApprovalModal<'_> {
         let area = area.intersection(buf.area);
         match self.editor {
             Some((editor, purpose)) => render_editing(self.request, editor, purpose, area, buf),
-            None => render_request(self.request, self.held, area, buf, state),
+            None => render_request(&self, area, buf, state),
         }
     }
 }
@@ -309,42 +376,124 @@ fn frame_block(title: String) -> Block<'static> {
         ))
 }
 
+/// The hints of a request being read: the code only once it was seen
+/// whole, and what was typed of it.
+fn request_hints(modal: &ApprovalModal<'_>, seen: bool) -> Vec<(String, String, Color)> {
+    let request = modal.request;
+    if let Some(ends) = modal.confirming_abort {
+        return vec![
+            (
+                "y".into(),
+                format!("abort: deny, and end {ends}"),
+                Color::Magenta,
+            ),
+            ("any other key".into(), "no".into(), Color::Cyan),
+        ];
+    }
+    let approve = if !seen {
+        (
+            "↓ PgDn".into(),
+            "read to the end to approve".into(),
+            Color::Cyan,
+        )
+    } else if modal.typed > 0 {
+        let typed: String = request.code.chars().take(modal.typed).collect();
+        let rest = "_".repeat(request.code.chars().count().saturating_sub(modal.typed));
+        (
+            format!("type {}", request.code),
+            format!("approve & run · typed: {typed}{rest}"),
+            Color::Green,
+        )
+    } else {
+        (
+            format!("type {}", request.code),
+            "approve & run".into(),
+            Color::Green,
+        )
+    };
+    let mut items = vec![
+        approve,
+        ("d".into(), "deny".into(), Color::Red),
+        ("e".into(), "edit".into(), Color::Yellow),
+        ("q".into(), "abort".into(), Color::Magenta),
+        ("Esc".into(), "later (it waits)".into(), Color::Cyan),
+    ];
+    if !seen {
+        items.remove(2);
+    }
+    items
+}
+
 fn render_request(
-    request: &ApprovalRequest,
-    held: bool,
+    modal: &ApprovalModal<'_>,
     area: Rect,
     buf: &mut Buffer,
     view: &mut ApprovalView,
 ) {
+    let (request, held) = (modal.request, modal.held);
     let inner_width = modal_width(area).saturating_sub(2);
     if inner_width == 0 {
         Clear.render(area, buf);
         return;
     }
     let body = body(request, inner_width);
-    let mut footer = vec![
-        ("A", "approve & run", Color::Green),
-        ("D", "deny", Color::Red),
-        ("E", "edit", Color::Yellow),
-        ("Q", "abort", Color::Magenta),
-    ];
-    let footer_lines = hints(&footer, inner_width);
-    let rect = modal_rect(area, body.len() + 1 + footer_lines.len());
+    let chips = |items: &[(String, String, Color)]| {
+        let items: Vec<(&str, &str, Color)> = items
+            .iter()
+            .map(|(k, a, c)| (k.as_str(), a.as_str(), *c))
+            .collect();
+        let mut lines = hints(&items, inner_width);
+        if let Some(note) = modal.note {
+            let (spans, _) = visible_spans(
+                note,
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+            );
+            let mut note = wrap(vec![], &spans, 0, inner_width, hidden_style());
+            note.extend(lines);
+            lines = note;
+        }
+        lines
+    };
+    // Laid out for the longer of the two footers (before and after the
+    // end was seen), so the modal does not jump when the end is reached.
+    let body_len = u16::try_from(body.len()).unwrap_or(u16::MAX);
+    let tallest = |scroll: bool| {
+        [false, true]
+            .iter()
+            .map(|seen| {
+                let mut items = request_hints(modal, *seen);
+                if scroll {
+                    items.push(("↑↓".into(), "scroll".into(), Color::Cyan));
+                }
+                chips(&items).len()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let rect = modal_rect(area, body.len() + 1 + tallest(false));
     let inner_height = rect.height.saturating_sub(2);
     // The key hints stay visible; the body scrolls above them.
-    let mut footer_lines = footer_lines;
-    let mut body_height =
-        inner_height.saturating_sub(u16::try_from(footer_lines.len() + 1).unwrap_or(u16::MAX));
-    let body_len = u16::try_from(body.len()).unwrap_or(u16::MAX);
-    if body_height < body_len {
-        footer.push(("↑↓", "scroll", Color::Cyan));
-        footer_lines = hints(&footer, inner_width);
-        body_height =
-            inner_height.saturating_sub(u16::try_from(footer_lines.len() + 1).unwrap_or(u16::MAX));
+    let rows = |n: usize| inner_height.saturating_sub(u16::try_from(n + 1).unwrap_or(u16::MAX));
+    let mut body_height = rows(tallest(false));
+    let scrolls = body_height < body_len;
+    if scrolls {
+        body_height = rows(tallest(true));
     }
+    view.max_scroll = body_len.saturating_sub(body_height);
+    view.window = body_height.min(body_len);
+    view.total = body_len;
+    view.scroll = view.scroll.min(view.max_scroll);
+    if body_height > 0 && view.scroll + body_height >= body_len {
+        view.seen_end = true;
+    }
+    let mut footer = request_hints(modal, view.seen_end);
+    if scrolls {
+        footer.push(("↑↓".into(), "scroll".into(), Color::Cyan));
+    }
+    let mut footer_lines = chips(&footer);
     if held {
         // Same height, so the modal does not jump when the keys arm.
-        let text = "keys held a moment: typing meant for the shell cannot answer this";
+        let text = "keys held a moment: keys typed before you saw it cannot answer it";
         let width = usize::from(inner_width);
         let mut held_lines = vec![
             Line::default(),
@@ -356,13 +505,6 @@ fn render_request(
         held_lines.resize(footer_lines.len().max(2), Line::default());
         footer_lines = held_lines;
     }
-    view.max_scroll = body_len.saturating_sub(body_height);
-    view.window = body_height.min(body_len);
-    view.total = body_len;
-    view.scroll = view.scroll.min(view.max_scroll);
-    if body_height > 0 && view.scroll + body_height >= body_len {
-        view.seen_end = true;
-    }
 
     let mut block = frame_block(format!(
         " Host escalation request {} ",
@@ -370,9 +512,10 @@ fn render_request(
     ));
     if view.max_scroll > 0 {
         let last = (view.scroll + body_height).min(body_len);
-        // A and E wait until the end has been on screen: say how to get there.
+        // Approving and editing wait until the end has been on screen:
+        // say how to get there.
         let mut text = format!(" lines {}-{last} of {body_len} ", view.scroll + 1);
-        let more = "· ↓ to the end before A/E ";
+        let more = "· ↓ to the end before approving ";
         if !view.seen_end
             && text.chars().count() + more.chars().count() + 4 <= usize::from(rect.width)
         {

@@ -79,6 +79,7 @@ fn frame(width: u16, height: u16, spec: LayoutSpec) -> String {
             StatusLine {
                 prefix: "C-a",
                 prefix_armed: false,
+                waiting: None,
                 domain: Some("claude 3fa9c2e1b7d0 · gVisor (runsc)"),
                 message: None,
             },

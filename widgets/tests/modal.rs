@@ -35,6 +35,8 @@ fn plain_request() {
         command: "cargo publish --dry-run -p lazaret-widgets".into(),
         via_shell: false,
         note: None,
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     };
     let mut view = ApprovalView::new();
     let buf = render(80, 20, |f| modal(f, &request, &mut view));
@@ -51,6 +53,8 @@ fn shell_request_with_a_note() {
         command: "cd /srv/app && make test | tee /tmp/test.log".into(),
         via_shell: true,
         note: Some("not auto-approved: shell metacharacters (&&, |)".into()),
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     };
     let mut view = ApprovalView::new();
     let buf = render(72, 20, |f| modal(f, &request, &mut view));
@@ -81,6 +85,8 @@ fn hostile() -> ApprovalRequest {
         command,
         via_shell: true,
         note: None,
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     }
 }
 
@@ -151,6 +157,8 @@ fn held_modal_offers_no_keys() {
         command: "date".into(),
         via_shell: false,
         note: None,
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     };
     let draw = |held| {
         let mut view = ApprovalView::new();
@@ -161,9 +169,9 @@ fn held_modal_offers_no_keys() {
     };
     let held = draw(true);
     assert!(held.contains("keys held a moment"), "{held}");
-    assert!(!held.contains("[A]"), "{held}");
+    assert!(!held.contains("[type bcf]"), "{held}");
     let armed = draw(false);
-    assert!(armed.contains("[A] approve & run"), "{armed}");
+    assert!(armed.contains("[type bcf] approve & run"), "{armed}");
     // The frame is where it was: only the hint line differs.
     let frame = |s: &str| {
         s.lines()
@@ -185,6 +193,8 @@ fn deny_reason_mode() {
         command: "cargo publish -p lazaret-widgets".into(),
         via_shell: false,
         note: None,
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     };
     let mut editor = CommandEditor::reason();
     let mut view = ApprovalView::new();

@@ -342,6 +342,7 @@ fn status_line() {
             StatusLine {
                 prefix: "C-a",
                 prefix_armed: false,
+                waiting: None,
                 domain: Some("claude · ~/src/lazaret (3fa9c2)"),
                 message: Some("e-17 approved"),
             },
@@ -354,6 +355,7 @@ fn status_line() {
             StatusLine {
                 prefix: "C-a",
                 prefix_armed: true,
+                waiting: None,
                 domain: None,
                 message: None,
             },
@@ -371,6 +373,7 @@ fn status_line_cuts_or_drops_a_message_rather_than_cover_the_domain() {
                 StatusLine {
                     prefix: "C-a",
                     prefix_armed: false,
+                    waiting: None,
                     domain: Some("claude · ~/src/lazaret"),
                     message: Some("a long message that does not fit"),
                 },

@@ -1,5 +1,7 @@
 //! Drawing: the layout of a screen, the widgets on it, and the help text.
 
+use ratatui::text::{Line, Span};
+
 use super::*;
 
 /// Where things go on a screen of `size`.
@@ -228,6 +230,14 @@ impl App {
             t.resize(rows, cols);
         }
         let areas = self.areas(self.size);
+        // Everything between the tab bar and the status line.
+        let body_area = match self.mode {
+            Mode::Shell => areas.pane,
+            Mode::Workbench => {
+                let top = areas.tabs.bottom();
+                Rect::new(0, top, self.size.width, areas.status.y.saturating_sub(top))
+            }
+        };
         let infos = self.tab_infos();
         let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
             Some(d) if d.degraded.is_some() => format!(
@@ -261,19 +271,48 @@ impl App {
             },
         });
         let message = match &self.input {
-            Some(Input { kind, text }) => Some(match kind {
-                InputKind::Rename => format!("rename tab: {text}_"),
-                InputKind::Allow => {
-                    format!(
-                        "allow egress to (address or CIDR; Enter applies, Esc cancels): {text}_"
-                    )
-                }
-                InputKind::Deny => {
-                    format!("deny egress to (address or CIDR; Enter applies, Esc cancels): {text}_")
-                }
-            }),
+            Some(Input { kind, line }) => {
+                // The cursor as a block where it is.
+                let text = line.text();
+                let at = text
+                    .char_indices()
+                    .nth(line.cursor())
+                    .map_or(text.len(), |(i, _)| i);
+                let text = format!("{}▏{}", &text[..at], &text[at..]);
+                let hint = if line.is_suggestion() {
+                    "typing replaces it; Enter keeps, Esc cancels"
+                } else {
+                    "Enter applies, Esc cancels"
+                };
+                Some(match kind {
+                    InputKind::Rename => format!("rename tab ({hint}): {text}"),
+                    InputKind::Allow => {
+                        format!("allow egress to (address or CIDR; {hint}): {text}")
+                    }
+                    InputKind::Deny => {
+                        format!("deny egress to (address or CIDR; {hint}): {text}")
+                    }
+                })
+            }
             None => self.message.clone(),
         };
+        // Requests that wait for this human, said on the status line for
+        // as long as they wait: they never take the keyboard (D15).
+        let waiting_here = self.tabs.get(self.focus).map_or(0, |t| t.prompts.len());
+        let waiting_all: usize =
+            self.tabs.iter().map(|t| t.prompts.len()).sum::<usize>() + self.inboxed.len();
+        let waiting = (waiting_all > 0).then(|| match waiting_here {
+            0 => format!("⚑ {waiting_all} request(s) wait · {} !", self.prefix_text),
+            n => format!(
+                "⚑ {n} request(s) of this tab wait{} · {} ! to answer",
+                if waiting_all > n {
+                    format!(" ({waiting_all} in all)")
+                } else {
+                    String::new()
+                },
+                self.prefix_text
+            ),
+        });
         // The network panel shows the focused tab's domain only.
         let focused_hash = self
             .tabs
@@ -344,13 +383,19 @@ impl App {
             );
         }
         let focus = self.focus;
+        // Switching tabs puts an open request back to waiting.
+        for (i, t) in self.tabs.iter_mut().enumerate() {
+            if i != focus && t.modal_open() {
+                t.close_requests();
+            }
+        }
+        let abort_scope = self.abort_scope();
         let armed = self.armed;
         let prefix = self.prefix_text.clone();
         let audit = &self.audit;
         let panel_focus = self.panel_focus;
         let selections = self.selected.clone();
         let tabs = &mut self.tabs;
-        let shown_modal = &mut self.shown_modal;
         let redraw_at = &mut self.redraw_at;
         let mut cursor_style = None;
         let no_color = crate::client::terminal::no_color();
@@ -376,11 +421,26 @@ impl App {
                     (Some(d), _) => format!(" {} · {} ", tab.title, d.profile),
                     (None, _) => format!(" {} · booting ", tab.title),
                 };
-                let modal_open = !tab.prompts.is_empty();
+                let modal_open = tab.modal_open();
+                let waits = !tab.prompts.is_empty() && !modal_open;
                 tab.state.with_screen(|s| {
                     let pane = match mode {
                         Mode::Workbench => {
-                            TerminalPane::new(s).block(pane_block(title, gvisor, true))
+                            let mut block = pane_block(title, gvisor, true);
+                            if waits {
+                                // On the border, not over the shell's text.
+                                block = block.title_bottom(
+                                    Line::from(Span::styled(
+                                        format!(" ⚑ a host request waits · {prefix} ! to answer "),
+                                        Style::new()
+                                            .fg(Color::Black)
+                                            .bg(Color::Yellow)
+                                            .add_modifier(Modifier::BOLD),
+                                    ))
+                                    .right_aligned(),
+                                );
+                            }
+                            TerminalPane::new(s).block(block)
                         }
                         Mode::Shell => TerminalPane::new(s),
                     };
@@ -395,19 +455,18 @@ impl App {
                     }
                     f.render_widget(pane, areas.pane);
                 });
-                if let Some(p) = tab.prompts.front_mut() {
-                    let key = (tab.id, p.prompt().request_id.clone());
-                    if shown_modal.as_ref() != Some(&key) {
-                        p.opened = Some(Instant::now());
-                        *shown_modal = Some(key);
-                    }
-                    let held_until = p.opened.map(|t| t + ARMING);
-                    let held = held_until.is_some_and(|t| t > Instant::now());
+                if let Some(p) = tab.prompts.front_mut().filter(|p| p.approval.is_open()) {
+                    let held = p.approval.held(Instant::now());
                     if held {
-                        *redraw_at = held_until;
+                        *redraw_at = p.approval.held_until();
                     }
+                    // What the modal shows follows the state: the human's
+                    // edit, once submitted, is the command to read.
+                    p.request.command = p.approval.command().to_string();
+                    p.request.edited = p.approval.edited().is_some();
+                    p.request.code = p.approval.code().to_string();
                     let editor = match p.approval.mode() {
-                        approval::Mode::Reading => None,
+                        approval::Mode::Reading | approval::Mode::ConfirmAbort => None,
                         approval::Mode::Editing(line) => {
                             Some((CommandEditor::showing(&line.text(), line.cursor()), false))
                         }
@@ -416,14 +475,23 @@ impl App {
                             true,
                         )),
                     };
-                    let modal = match &editor {
-                        None => ApprovalModal::new(&p.request).held(held),
+                    let note = p.approval.note();
+                    let mut modal = match &editor {
+                        None => ApprovalModal::new(&p.request)
+                            .held(held)
+                            .typed(p.approval.typed())
+                            .note(note),
                         Some((ed, false)) => ApprovalModal::new(&p.request).editing(ed),
                         Some((ed, true)) => ApprovalModal::new(&p.request).denying(ed),
                     };
+                    if p.approval.mode() == &approval::Mode::ConfirmAbort {
+                        modal = modal.confirming_abort(&abort_scope);
+                    }
                     let row = u16::try_from(p.approval.scroll()).unwrap_or(u16::MAX);
                     p.view.set_scroll(row);
-                    f.render_stateful_widget(modal, areas.pane, &mut p.view);
+                    // The modal takes the width it needs: panels yield
+                    // while it is open (issue 39: 80x24 with a panel open).
+                    f.render_stateful_widget(modal, body_area, &mut p.view);
                     if editor.is_none() {
                         p.approval.showed(
                             usize::from(p.view.scroll()),
@@ -431,8 +499,6 @@ impl App {
                             usize::from(p.view.total()),
                         );
                     }
-                } else {
-                    *shown_modal = None;
                 }
             }
             for (panel, area) in areas.panels.iter().copied() {
@@ -476,6 +542,7 @@ impl App {
                 StatusLine {
                     prefix: &prefix,
                     prefix_armed: armed,
+                    waiting: waiting.as_deref(),
                     // While the human types a line, it has the whole width.
                     domain: domain_text.as_deref().filter(|_| !typing),
                     message: message.as_deref(),

@@ -3,7 +3,7 @@
 //! modal (first refusal: a key it consumes never reaches the shell), then
 //! the prefix key's commands, and only then the focused pane.
 
-use crate::client::approval::{PromptKey, Step};
+use crate::client::approval::{EditEnd, PromptKey, Step};
 
 use super::*;
 
@@ -27,7 +27,7 @@ impl App {
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
         };
-        if !tab.prompts.is_empty() || self.help || self.checkpoints.is_some() {
+        if tab.modal_open() || self.help || self.checkpoints.is_some() {
             return;
         }
         let modes = tab.state.input_modes();
@@ -93,14 +93,17 @@ impl App {
         // lands in it up to its first line break, never in the shell.
         if let Some(input) = self.input.as_mut() {
             let line = text.split(['\r', '\n']).next().unwrap_or_default();
-            input.text.extend(line.chars().filter(|c| !c.is_control()));
+            input.line.insert(line);
             return;
         }
         let Some(tab) = self.tabs.get_mut(self.focus) else {
             return;
         };
-        if let Some(p) = tab.prompts.front_mut() {
+        if let Some(p) = tab.prompts.front_mut().filter(|p| p.approval.is_open()) {
             p.approval.paste(text);
+            if let Some(note) = p.approval.note() {
+                self.message = Some(note.to_string());
+            }
             return;
         }
         let modes = tab.state.input_modes();
@@ -143,19 +146,20 @@ impl App {
             return;
         }
         if let Some(input) = self.input.as_mut() {
-            match key.code {
-                KeyCode::Enter => {
+            let Some(k) = line_key(&key) else {
+                return;
+            };
+            match input.line.key(k) {
+                None => {}
+                Some(EditEnd::Cancel) => {
+                    self.input = None;
+                    self.message = Some("cancelled".into());
+                }
+                Some(EditEnd::Submit(text)) => {
                     let kind = input.kind;
-                    let text = std::mem::take(&mut input.text);
                     self.input = None;
                     self.submit(kind, text.trim());
                 }
-                KeyCode::Esc => self.input = None,
-                KeyCode::Backspace => {
-                    input.text.pop();
-                }
-                KeyCode::Char(c) if !c.is_control() => input.text.push(c),
-                _ => {}
             }
             return;
         }
@@ -181,10 +185,8 @@ impl App {
         let Some(tab) = self.tabs.get(self.focus) else {
             return;
         };
-        if !tab.prompts.is_empty() {
-            // Nothing reaches the shell under the modal.
-            return;
-        }
+        // A request that waits does not take the keyboard (decisions.md
+        // D15): until the human opens it, every key is the pane's.
         match (key.code, key.modifiers) {
             (KeyCode::PageUp, KeyModifiers::SHIFT) => {
                 let rows = tab.state.size().0 as usize / 2;
@@ -329,6 +331,7 @@ impl App {
             // One pane: no tabs, no panels.
             match key.code {
                 KeyCode::Char('?') => self.help = true,
+                KeyCode::Char('!') => self.open_oldest_request(),
                 KeyCode::Char('q') => self.quit = true,
                 KeyCode::Char('d') if self.tabs.iter().any(|t| t.hosted.is_some()) => {
                     self.detached = true;
@@ -341,7 +344,7 @@ impl App {
         let typing = |kind| {
             Some(Input {
                 kind,
-                text: String::new(),
+                line: LineEdit::default(),
             })
         };
         match key.code {
@@ -355,7 +358,14 @@ impl App {
                 }
             }
             KeyCode::Char('x') => self.close_tab(self.focus),
-            KeyCode::Char(',') => self.input = typing(InputKind::Rename),
+            KeyCode::Char(',') => {
+                // The title as a suggestion: typing replaces it.
+                let title = self.tabs.get(self.focus).map(|t| t.title.clone());
+                self.input = Some(Input {
+                    kind: InputKind::Rename,
+                    line: LineEdit::suggested(title.as_deref().unwrap_or_default()),
+                });
+            }
             KeyCode::Char('+') => self.input = typing(InputKind::Allow),
             KeyCode::Char('-') => self.input = typing(InputKind::Deny),
             KeyCode::Char('w') if self.dashboard() => self.panel_focus = Some(Panel::Network),
@@ -564,31 +574,36 @@ impl App {
         self.refresh_panel();
     }
 
-    /// The approval modal of the focused tab gets keys first; `true` when
-    /// it consumed the key.
+    /// The approval modal of the focused tab gets keys first, once the
+    /// human opened it; `true` when it consumed the key. A request that
+    /// only waits passes every key on (decisions.md D15).
     pub(super) fn modal_key(&mut self, key: KeyEvent) -> bool {
         let Some(tab) = self.tabs.get_mut(self.focus) else {
             return false;
         };
         let title = tab.title.clone();
-        let Some(p) = tab.prompts.front_mut() else {
+        let Some(p) = tab.prompts.front_mut().filter(|p| p.approval.is_open()) else {
             return false;
         };
         let Some(key) = prompt_key(&key, p.approval.mode()) else {
             return false;
         };
-        // Keys count only once the modal was on screen a moment.
-        if p.opened.is_some_and(|t| t.elapsed() >= ARMING) {
-            p.approval.arm();
-        } else {
-            p.approval.hold();
-        }
-        let step = p.approval.key(key);
+        let step = p.approval.key(key, Instant::now());
         if let Some(note) = p.approval.note() {
             self.message = Some(note.to_string());
         }
-        let Step::Decided(verdict) = step else {
-            return true;
+        let verdict = match step {
+            Step::Passed => return false,
+            Step::Asking => return true,
+            Step::Closed => {
+                self.message = Some(format!(
+                    "request {} still waits: {} ! opens it again",
+                    p.prompt().request_id,
+                    self.prefix_text
+                ));
+                return true;
+            }
+            Step::Decided(verdict) => verdict,
         };
         let request_id = p.prompt().request_id.clone();
         let answered: Vec<String> = p.ids().cloned().collect();
@@ -630,52 +645,76 @@ impl App {
             Verdict::Approve => format!("{whose}: approved"),
             Verdict::Edit { .. } => format!("{whose}: edited and approved"),
             Verdict::Deny { .. } => format!("{whose}: denied"),
-            Verdict::Abort => format!("{whose}: aborted"),
+            Verdict::Abort if route.is_some() => {
+                format!("{whose}: aborted (the asking session is told)")
+            }
+            Verdict::Abort => format!("{whose}: aborted; its session ends, other tabs stay"),
         });
-        // An abort from the inbox is the asking session's, not this
-        // workbench's: its tabs stay.
+        // Spec §5.2's abort, as the human chose it: the asking session
+        // ends (its other requests are denied by the coordinator), and with
+        // the domain's last session the domain goes. Other tabs stay; a
+        // request from the inbox is the asking session's to end.
         if verdict == Verdict::Abort && route.is_none() {
-            // Spec §5.2: abort ends the orchestrator, gracefully: every
-            // session of this UI closes (their other requests are denied by
-            // the coordinator), and with the last one the domain goes.
-            for t in &self.tabs {
+            if let Some(t) = self.tabs.get(self.focus) {
                 t.end_session();
             }
-            self.quit = true;
+            if self.mode == Mode::Shell {
+                self.quit = true;
+            }
         }
         true
     }
+
+    /// What an abort of the focused tab's open request would end, for the
+    /// modal to ask about.
+    pub(super) fn abort_scope(&self) -> String {
+        let Some(t) = self.tabs.get(self.focus) else {
+            return "nothing".into();
+        };
+        match t.prompts.front().and_then(|p| p.route.as_ref()) {
+            Some(_) => "the asking session (in its own terminal)".into(),
+            None if self.mode == Mode::Shell => "this shell's session".into(),
+            None => format!("tab {}'s session (other tabs stay)", t.title),
+        }
+    }
 }
 
-/// The workbench's key as the prompt's rules take it; `None` for what is
-/// not the modal's: Ctrl and Alt chords while reading (the prefix key),
-/// and key releases. Editing keeps every key, with the usual line keys.
-fn prompt_key(key: &KeyEvent, mode: &approval::Mode) -> Option<PromptKey> {
+/// The workbench's key as a line editor takes it: a terminal's keys
+/// (C-u, C-w, C-a, C-e, M-b, M-f, C-c and Esc to cancel). `None` for a
+/// key release.
+pub(super) fn line_key(key: &KeyEvent) -> Option<PromptKey> {
     if key.kind == KeyEventKind::Release {
         return None;
     }
-    let chord = key
-        .modifiers
-        .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
-    let editing = !matches!(mode, approval::Mode::Reading);
-    if chord {
-        if !editing {
-            return None;
-        }
+    if key.modifiers.contains(KeyModifiers::CONTROL) {
         return Some(match key.code {
             KeyCode::Char('u') => PromptKey::Kill,
+            KeyCode::Char('w') => PromptKey::KillWord,
             KeyCode::Char('a') => PromptKey::Home,
             KeyCode::Char('e') => PromptKey::End,
+            KeyCode::Char('b') => PromptKey::Left,
+            KeyCode::Char('f') => PromptKey::Right,
             KeyCode::Char('m' | 'j') => PromptKey::Enter,
             KeyCode::Char('h') => PromptKey::Backspace,
+            KeyCode::Char('c') => PromptKey::Cancel,
+            KeyCode::Left => PromptKey::WordLeft,
+            KeyCode::Right => PromptKey::WordRight,
             // Anything else is swallowed: nothing reaches the shell.
+            _ => PromptKey::Other,
+        });
+    }
+    if key.modifiers.contains(KeyModifiers::ALT) {
+        return Some(match key.code {
+            KeyCode::Char('b') => PromptKey::WordLeft,
+            KeyCode::Char('f') => PromptKey::WordRight,
+            KeyCode::Backspace => PromptKey::KillWord,
             _ => PromptKey::Other,
         });
     }
     Some(match key.code {
         KeyCode::Char(c) => PromptKey::Char(c),
         KeyCode::Enter => PromptKey::Enter,
-        KeyCode::Esc => PromptKey::Escape,
+        KeyCode::Esc => PromptKey::Cancel,
         KeyCode::Backspace => PromptKey::Backspace,
         KeyCode::Delete => PromptKey::Delete,
         KeyCode::Left => PromptKey::Left,
@@ -689,6 +728,22 @@ fn prompt_key(key: &KeyEvent, mode: &approval::Mode) -> Option<PromptKey> {
         // Tab, F-keys and the like: swallowed, neither answer nor input.
         _ => PromptKey::Other,
     })
+}
+
+/// The workbench's key as the open prompt takes it; `None` for what is
+/// not the modal's: Ctrl and Alt chords while reading (the prefix key
+/// stays the workbench's), but Ctrl-C, which backs out as Esc does.
+fn prompt_key(key: &KeyEvent, mode: &approval::Mode) -> Option<PromptKey> {
+    let chord = key
+        .modifiers
+        .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+    let editing = matches!(mode, approval::Mode::Editing(_) | approval::Mode::Reason(_));
+    if chord && !editing {
+        let ctrl_c =
+            key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+        return (ctrl_c && key.kind != KeyEventKind::Release).then_some(PromptKey::Cancel);
+    }
+    line_key(key)
 }
 
 #[cfg(test)]
@@ -705,6 +760,18 @@ mod tests {
         assert_eq!(
             key(KeyCode::Char('a'), KeyModifiers::CONTROL, &reading),
             None
+        );
+        assert_eq!(
+            key(KeyCode::Char('c'), KeyModifiers::CONTROL, &reading),
+            Some(PromptKey::Cancel)
+        );
+        assert_eq!(
+            key(KeyCode::Char('w'), KeyModifiers::CONTROL, &editing),
+            Some(PromptKey::KillWord)
+        );
+        assert_eq!(
+            key(KeyCode::Char('b'), KeyModifiers::ALT, &editing),
+            Some(PromptKey::WordLeft)
         );
         assert_eq!(key(KeyCode::Char('x'), KeyModifiers::ALT, &reading), None);
         assert_eq!(

@@ -14,6 +14,8 @@ fn request(command: &str) -> ApprovalRequest {
         command: command.into(),
         via_shell: false,
         note: None,
+        code: "bcf".into(),
+        ..ApprovalRequest::default()
     }
 }
 

@@ -15,6 +15,9 @@ pub struct StatusLine<'a> {
     pub prefix: &'a str,
     /// The prefix was pressed and the next key is a Lazaret command.
     pub prefix_armed: bool,
+    /// Requests that wait for the human, e.g. `⚑ 1 request waits · C-a !`:
+    /// shown for as long as they wait, right after the prefix.
+    pub waiting: Option<&'a str>,
     /// The focused tab's domain, e.g. `claude · ~/src/app`.
     pub domain: Option<&'a str>,
     /// A transient message, right-aligned.
@@ -50,6 +53,16 @@ impl Widget for StatusLine<'_> {
                     .add_modifier(Modifier::BOLD),
             ));
             spans.push(Span::styled(" ? help ", bar));
+        }
+        if let Some(waiting) = self.waiting {
+            spans.push(Span::styled(
+                format!(" {} ", shown(waiting)),
+                Style::new()
+                    .fg(Color::Black)
+                    .bg(Color::Yellow)
+                    .add_modifier(Modifier::BOLD),
+            ));
+            spans.push(Span::styled(" ", bar));
         }
         if let Some(domain) = self.domain {
             spans.push(Span::styled("│ ", bar));
