@@ -584,3 +584,90 @@ fn a_large_request_during_heavy_output_is_asked_and_answered() {
     drop(t);
     d.wait_until_gone();
 }
+
+/// Issue 41 (1), decisions.md D10: keys typed while the plain prompt holds
+/// its keys answer nothing. A stray `q` then `y` (abort, confirmed) typed
+/// the moment the prompt appears is thrown away: the prompt stays, and the
+/// code approves. A wrong letter says so; Ctrl-C denies, saying so.
+fn plain_prompt_type_ahead_and_cancel(profile: &'static str) {
+    let d = Domain::new(profile);
+    let one = d.s.path().join("ahead-one");
+    let two = d.s.path().join("ahead-two");
+    let script = format!(
+        "{ESC} --justify ahead-one -- mkdir {}; echo R1=$?; {ESC} --justify ahead-two -- mkdir {}; echo R2=$?",
+        one.display(),
+        two.display()
+    );
+    let t = d.tmux(
+        110,
+        40,
+        &format!("exec {} -- sh -c {}", d.profile, shell_quote(&script)),
+        Some(AFTER),
+    );
+    // Typed into the hold: the screen still says the keys are held after
+    // they were sent, so they certainly came in it (else try again: a
+    // loaded machine may draw the prompt late).
+    let held = "keys are held a moment";
+    t.wait_for(120, "the prompt, holding", |s| s.contains(held));
+    t.send(&["-l", "q"]);
+    t.send(&["-l", "y"]);
+    let s = t.screen();
+    assert!(
+        s.contains(held),
+        "the keys came after the hold (a slow machine): cannot judge\n{s}"
+    );
+    let s = t.wait_for(20, "the armed prompt", |s| s.contains("code:"));
+    assert!(
+        !s.contains("abort: deny"),
+        "a held key asked to abort:\n{s}"
+    );
+    assert!(!s.contains("aborting the session"), "{s}");
+    let code = s
+        .split("type the code")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    for c in code.chars() {
+        t.send(&["-l", &c.to_string()]);
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    // The second prompt follows the first's answer (and pushes its
+    // output into the scrollback).
+    let s = t.wait_for(30, "the second prompt, armed", |s| {
+        s.contains("ahead-two") && s.contains("code:")
+    });
+    assert!(one.is_dir(), "the approved command did not run");
+
+    // The second: a letter not in the code says so; Ctrl-C denies.
+    let code = s
+        .split("type the code")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let wrong = "bcfghjkmnprstuvwxyz"
+        .chars()
+        .find(|c| !code.contains(*c))
+        .unwrap();
+    t.send(&["-l", &wrong.to_string()]);
+    t.wait_for(20, "the wrong letter, said", |s| {
+        s.contains("is not in the code")
+    });
+    t.send(&["C-c"]);
+    let s = t.wait_for(30, "the denial", |s| s.contains("R2=77"));
+    assert!(s.contains("denied (Esc / Ctrl-C)"), "{s}");
+    assert!(!two.exists(), "a cancelled request ran");
+    drop(t);
+    d.wait_until_gone();
+}
+
+#[test]
+fn plain_prompt_type_ahead_and_cancel_gvisor() {
+    plain_prompt_type_ahead_and_cancel("gv");
+}
+
+#[test]
+fn plain_prompt_type_ahead_and_cancel_runc() {
+    plain_prompt_type_ahead_and_cancel("rc");
+}

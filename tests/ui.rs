@@ -68,9 +68,10 @@ fn the_workbench_runs_shells_in_tabs_and_asks_the_human_in_a_modal() {
         let letters: String = s.chars().filter(|c| c.is_alphanumeric()).collect();
         letters.contains("isnotadirectory") || letters.contains("cannotbeused")
     });
-    for _ in 0.."/nope".len() {
-        t.send(&["BSpace"]);
-    }
+    // The path filled in was a suggestion that typing replaced: C-u
+    // clears the field, and the workspace is typed again.
+    t.send(&["C-u"]);
+    t.send(&["-l", &d.ws().display().to_string()]);
     t.send(&["Enter"]);
     // It takes the shell kept ready at its prompt: no boot steps show.
     t.wait_for(60, "the second tab's shell", |s| {
@@ -155,11 +156,11 @@ fn panels_show_domains_requests_and_audit_and_abort_closes_the_tab() {
     // The help overlay lists the bindings; any key closes it.
     t.send(&["C-a", "?"]);
     t.wait_for(20, "the help overlay", |s| {
-        s.contains("abort: deny, then quit")
+        s.contains("end the asking tab's session (others stay)")
     });
     t.send(&["Escape"]);
     t.wait_for(20, "the help overlay to close", |s| {
-        !s.contains("abort: deny, then quit")
+        !s.contains("end the asking tab's session (others stay)")
     });
 
     // The prefix twice sends it to the shell (Ctrl-a: start of line).
@@ -902,14 +903,18 @@ fn a_request_at_80x24_with_a_panel_open_is_read_whole_before_approval() {
         .nth(1)
         .unwrap_or_default();
     assert!(first_row.contains("mkdir -p"), "{s}");
-    // Wider than the pane beside the panel was: nearly the whole screen.
+    // Wider than the pane beside the panel was, and over the panel: its
+    // top right corner near the screen's right edge.
     let top = s
         .lines()
         .find(|l| l.contains("Host escalation request"))
         .unwrap_or_default();
+    let corner = top.chars().position(|c| c == '┓');
+    assert!(corner.is_some_and(|c| c >= 74), "{s}");
+    // Whole, over any panel: its last row and its keys are on screen.
     assert!(
-        top.chars().count() >= 76 && top.trim().chars().count() >= 70,
-        "{s}"
+        s.contains('┛') && s.contains("[d] deny"),
+        "the panel is drawn over the modal:\n{s}"
     );
     t.send(&["a"]);
     t.wait_for(20, "approving refused, and why", |s| {

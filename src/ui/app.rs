@@ -88,6 +88,10 @@ struct Input {
 /// A request seen by this UI, for the escalation queue.
 #[derive(Debug)]
 struct Seen {
+    /// The domain that asked (its hash) and the request's id: a request
+    /// is known by both, as ids are the requester's to choose (a fork and
+    /// its original share session ids; issue 40).
+    domain: String,
     id: String,
     tab: String,
     arrived: Instant,
@@ -95,6 +99,12 @@ struct Seen {
     status: EscalationStatus,
     /// Identical later requests of the same session, answered with this one.
     copies: usize,
+}
+
+impl Seen {
+    fn is(&self, domain: &str, id: &str) -> bool {
+        self.domain == domain && self.id == id
+    }
 }
 
 /// A request of the approval inbox that no tab of this workbench holds.
@@ -328,6 +338,7 @@ impl App {
         // the session goes.
         for p in &tab.prompts {
             self.set_status(
+                &p.domain,
                 &p.prompt().request_id,
                 EscalationStatus::Denied {
                     reason: Some("tab closed".into()),
@@ -365,8 +376,8 @@ impl App {
         self.tabs.clear();
     }
 
-    fn set_status(&mut self, id: &str, status: EscalationStatus) {
-        if let Some(s) = self.seen.iter_mut().find(|s| s.id == id) {
+    fn set_status(&mut self, domain: &str, id: &str, status: EscalationStatus) {
+        if let Some(s) = self.seen.iter_mut().find(|s| s.is(domain, id)) {
             s.status = status;
         }
     }
@@ -499,7 +510,7 @@ impl App {
                     .map(|i| i.prompt.request_id.clone())
                     .collect();
                 for id in gone {
-                    self.inbox_withdrawn(&id, "its domain went down");
+                    self.inbox_withdrawn(&hash, &id, "its domain went down");
                 }
             }
             Ev::Input(Event::Key(key)) => {
@@ -612,6 +623,7 @@ impl App {
             Ev::CoordinatorLost(id) => {
                 if let Some(t) = self.tab_mut(id) {
                     let title = t.title.clone();
+                    let domain = t.launch.ctx.anchor.hash().to_string();
                     // Its prompts died with it (their requesters were told).
                     let gone: Vec<String> = t
                         .prompts
@@ -620,6 +632,7 @@ impl App {
                         .collect();
                     for r in gone {
                         self.set_status(
+                            &domain,
                             &r,
                             EscalationStatus::Failed {
                                 error: "the Session Coordinator died".into(),
@@ -680,6 +693,7 @@ impl App {
         let Some(tab) = self.tabs.iter_mut().find(|t| t.id == id) else {
             return;
         };
+        let domain = tab.launch.ctx.anchor.hash().to_string();
         match msg {
             CoordMsg::Prompt { prompt } => {
                 let title = tab.title.clone();
@@ -687,15 +701,14 @@ impl App {
                 if let Some(i) = self
                     .inboxed
                     .iter()
-                    .position(|i| i.prompt.request_id == prompt.request_id)
+                    .position(|i| i.hash == domain && i.prompt.request_id == prompt.request_id)
                 {
                     self.inboxed.remove(i);
-                    self.seen.retain(|s| s.id != prompt.request_id);
+                    self.seen.retain(|s| !s.is(&domain, &prompt.request_id));
                 }
                 for t in self.tabs.iter_mut() {
-                    t.prompts.retain(|p| {
-                        !(p.route.is_some() && p.ids().any(|i| *i == prompt.request_id))
-                    });
+                    t.prompts
+                        .retain(|p| !(p.route.is_some() && p.is(&domain, &prompt.request_id)));
                 }
                 let Some(tab) = self.tabs.iter_mut().find(|t| t.id == id) else {
                     return;
@@ -704,12 +717,13 @@ impl App {
                     // Shown once, with a count: one decision answers all.
                     let first = p.prompt().request_id.clone();
                     p.add_copy(prompt.request_id);
-                    if let Some(s) = self.seen.iter_mut().find(|s| s.id == first) {
+                    if let Some(s) = self.seen.iter_mut().find(|s| s.is(&domain, &first)) {
                         s.copies += 1;
                     }
                     return;
                 }
                 self.seen.push(Seen {
+                    domain: domain.clone(),
                     id: prompt.request_id.clone(),
                     tab: title,
                     arrived: Instant::now(),
@@ -717,7 +731,8 @@ impl App {
                     status: EscalationStatus::Pending,
                     copies: 0,
                 });
-                tab.prompts.push_back(Pending::new(prompt, &tab.title));
+                tab.prompts
+                    .push_back(Pending::new(prompt, &tab.title, &domain));
                 // Said, never shown over the pane: the keyboard stays with
                 // what the human is typing (decisions.md D15).
                 self.message = Some(format!(
@@ -725,7 +740,7 @@ impl App {
                     self.prefix_text, tab.title
                 ));
             }
-            CoordMsg::Outcome { outcome } => self.outcome_of(outcome),
+            CoordMsg::Outcome { outcome } => self.outcome_of(&domain, outcome),
             CoordMsg::Audit { records } if focused == Some(id) => {
                 self.audit = records
                     .iter()
@@ -758,7 +773,7 @@ impl App {
                         )
                     });
                 }
-                self.set_status(&request_id, withdrawn_status(&reason));
+                self.set_status(&domain, &request_id, withdrawn_status(&reason));
             }
             CoordMsg::Status { domain } => tab.domain = Some(domain),
             CoordMsg::Error { message } => self.message = Some(message),
@@ -845,21 +860,25 @@ impl App {
             self.message = Some(format!("request {} no longer waits", seen.id));
             return;
         }
-        let id = seen.id.clone();
+        let (domain, id) = (seen.domain.clone(), seen.id.clone());
         self.panel_focus = None;
         if let Some(t) = self
             .tabs
             .iter()
-            .position(|t| t.prompts.iter().any(|p| p.ids().any(|i| *i == id)))
+            .position(|t| t.prompts.iter().any(|p| p.is(&domain, &id)))
         {
             self.focus = t;
             // The chosen request comes first: it is the one opened.
             let prompts = &mut self.tabs[t].prompts;
-            if let Some(at) = prompts.iter().position(|p| p.ids().any(|i| *i == id)) {
+            if let Some(at) = prompts.iter().position(|p| p.is(&domain, &id)) {
                 let chosen = prompts.remove(at).expect("position is in range");
                 prompts.push_front(chosen);
             }
-        } else if let Some(i) = self.inboxed.iter().position(|p| p.prompt.request_id == id) {
+        } else if let Some(i) = self
+            .inboxed
+            .iter()
+            .position(|p| p.hash == domain && p.prompt.request_id == id)
+        {
             self.show_inboxed(i);
         }
         self.open_front();
@@ -943,16 +962,19 @@ impl App {
                 prompt, asked_by, ..
             } => {
                 let id = prompt.request_id.clone();
-                let held = self.inboxed.iter().any(|i| i.prompt.request_id == id)
+                let held = self
+                    .inboxed
+                    .iter()
+                    .any(|i| i.hash == hash && i.prompt.request_id == id)
                     || self
                         .tabs
                         .iter()
-                        .any(|t| t.prompts.iter().any(|p| p.ids().any(|i| *i == id)));
+                        .any(|t| t.prompts.iter().any(|p| p.is(&hash, &id)));
                 if held {
                     return;
                 }
                 let tab = format!("{asked_by} · {label}");
-                match self.seen.iter_mut().find(|s| s.id == id) {
+                match self.seen.iter_mut().find(|s| s.is(&hash, &id)) {
                     // Listed before its domain's watch was lost and made
                     // again: it waits once more.
                     Some(seen) if matches!(&seen.status, EscalationStatus::Denied { reason: Some(r) } if r.starts_with("withdrawn")) =>
@@ -963,6 +985,7 @@ impl App {
                     // Answered here already.
                     Some(_) => return,
                     None => self.seen.push(Seen {
+                        domain: hash.clone(),
                         id,
                         tab,
                         arrived: Instant::now(),
@@ -985,7 +1008,7 @@ impl App {
                 self.dirty = true;
             }
             CoordMsg::Withdrawn { request_id, reason } => {
-                self.inbox_withdrawn(&request_id, &reason);
+                self.inbox_withdrawn(&hash, &request_id, &reason);
             }
             // The sessions panel, from events.
             CoordMsg::Status { domain } => {
@@ -1018,9 +1041,9 @@ impl App {
             }
             // Shown where the request is listed, whichever client answered.
             CoordMsg::Outcome { outcome } => {
-                let mine = self.seen.iter().any(|s| s.id == outcome.request_id);
+                let mine = self.seen.iter().any(|s| s.is(&hash, &outcome.request_id));
                 if mine {
-                    self.outcome_of(outcome);
+                    self.outcome_of(&hash, outcome);
                     self.dirty = true;
                 }
             }
@@ -1028,7 +1051,7 @@ impl App {
         }
     }
 
-    fn outcome_of(&mut self, outcome: crate::coordinator::escalation::Outcome) {
+    fn outcome_of(&mut self, domain: &str, outcome: crate::coordinator::escalation::Outcome) {
         let status = match (outcome.exit_code, outcome.error) {
             (Some(exit_code), None) => EscalationStatus::Finished {
                 exit_code,
@@ -1038,23 +1061,23 @@ impl App {
                 error: error.unwrap_or_else(|| "it did not run".into()),
             },
         };
-        self.set_status(&outcome.request_id, status);
+        self.set_status(domain, &outcome.request_id, status);
     }
 
     /// A request of the inbox was answered elsewhere or went: off the
     /// inbox and any modal showing it from there. What a tab of this
     /// workbench holds (and answered) is its own to update.
-    fn inbox_withdrawn(&mut self, request_id: &str, reason: &str) {
+    fn inbox_withdrawn(&mut self, domain: &str, request_id: &str, reason: &str) {
         let inboxed = self
             .inboxed
             .iter()
-            .position(|i| i.prompt.request_id == request_id)
+            .position(|i| i.hash == domain && i.prompt.request_id == request_id)
             .map(|i| self.inboxed.remove(i))
             .is_some();
         let mut shown = false;
         for t in self.tabs.iter_mut() {
             t.prompts.retain_mut(|p| {
-                if p.route.is_some() && p.ids().any(|i| i == request_id) {
+                if p.route.is_some() && p.is(domain, request_id) {
                     shown = true;
                     p.withdraw(request_id)
                 } else {
@@ -1063,7 +1086,7 @@ impl App {
             });
         }
         if inboxed || shown {
-            self.set_status(request_id, withdrawn_status(reason));
+            self.set_status(domain, request_id, withdrawn_status(reason));
             if shown && reason != ANSWERED_ELSEWHERE {
                 self.message = Some(format!(
                     "request {request_id} withdrawn ({reason}); nothing runs"
@@ -1077,21 +1100,26 @@ impl App {
     /// shown by focusing the tab; one of the inbox opens over the focused
     /// pane, answered through its domain's coordinator.
     pub(super) fn open_oldest_request(&mut self) {
-        let arrived = |id: &str| self.seen.iter().find(|s| s.id == id).map(|s| s.arrived);
+        let arrived = |domain: &str, id: &str| {
+            self.seen
+                .iter()
+                .find(|s| s.is(domain, id))
+                .map(|s| s.arrived)
+        };
         let oldest_tab = self
             .tabs
             .iter()
             .enumerate()
             .filter_map(|(i, t)| {
                 let p = t.prompts.front()?;
-                Some((arrived(&p.prompt().request_id)?, i))
+                Some((arrived(&p.domain, &p.prompt().request_id)?, i))
             })
             .min();
         let oldest_inbox = self
             .inboxed
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| Some((arrived(&p.prompt.request_id)?, i)))
+            .filter_map(|(i, p)| Some((arrived(&p.hash, &p.prompt.request_id)?, i)))
             .min();
         match (oldest_tab, oldest_inbox) {
             (Some((t, i)), Some((b, _))) if t <= b => self.focus = i,

@@ -127,16 +127,21 @@ pub struct Pending {
     /// From the approval inbox (another domain, or a session with no tab
     /// here): the domain whose coordinator takes the answer (its hash).
     pub route: Option<String>,
+    /// The domain that asked (its hash): with the request's id, what the
+    /// request is known by.
+    pub domain: String,
 }
 
 impl Pending {
     /// A prompt signed as the session of tab `tab`. Who asked is named:
     /// sessions share one sandbox, so the human should know which
     /// session's credential signed it (threat-model.md).
-    pub fn new(prompt: Prompt, tab: &str) -> Self {
+    pub fn new(prompt: Prompt, tab: &str, domain: &str) -> Self {
         let short: String = prompt.session_id.chars().take(8).collect();
         let signer = format!("tab {tab} (session {short}, a human here)");
-        Pending::signed(prompt, &signer, None)
+        let mut p = Pending::signed(prompt, &signer, None);
+        p.domain = domain.to_string();
+        p
     }
 
     /// A prompt of the approval inbox: asked by `asked_by` of the domain
@@ -144,7 +149,9 @@ impl Pending {
     pub fn routed(prompt: Prompt, asked_by: &str, label: &str, hash: &str) -> Self {
         let short: String = prompt.session_id.chars().take(8).collect();
         let signer = format!("{asked_by} of {label} (session {short}, not a tab here)");
-        Pending::signed(prompt, &signer, Some(hash.to_string()))
+        let mut p = Pending::signed(prompt, &signer, Some(hash.to_string()));
+        p.domain = hash.to_string();
+        p
     }
 
     fn signed(prompt: Prompt, signer: &str, route: Option<String>) -> Self {
@@ -169,7 +176,13 @@ impl Pending {
             copies: Vec::new(),
             note,
             route,
+            domain: String::new(),
         }
+    }
+
+    /// Whether this entry answers request `id` of domain `domain`.
+    pub fn is(&self, domain: &str, id: &str) -> bool {
+        self.domain == domain && self.ids().any(|i| i == id)
     }
 
     pub fn prompt(&self) -> &Prompt {

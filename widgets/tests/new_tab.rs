@@ -215,6 +215,8 @@ fn tab_then_typing_edits_the_path() {
     assert_eq!(form.workspace(), "/home/ana/src/lazaret");
     form.handle_key(key(KeyCode::Tab));
     assert_eq!(form.focus(), NewTabField::Workspace);
+    // The path filled in is a suggestion: a movement key keeps it.
+    form.handle_key(key(KeyCode::End));
     type_str(&mut form, "/widgets");
     assert_eq!(form.workspace(), "/home/ana/src/lazaret/widgets");
     form.handle_key(key(KeyCode::Backspace));
@@ -225,6 +227,33 @@ fn tab_then_typing_edits_the_path() {
     form.handle_key(key(KeyCode::Down));
     assert_eq!(form.selected(), 1);
     assert_eq!(form.workspace(), "/home/ana/src/lazaret/widget");
+}
+
+/// Issue 39: the suggested path is replaced by typing and cleared by
+/// C-u; the field has a terminal's line keys; Ctrl-C cancels.
+#[test]
+fn the_suggested_path_is_replaced_by_typing_and_the_field_edits_like_a_line() {
+    let mut form = lazaret_form();
+    form.handle_key(key(KeyCode::Tab));
+    type_str(&mut form, "/srv");
+    assert_eq!(form.workspace(), "/srv");
+    let ctrl = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL);
+    let alt = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::ALT);
+    type_str(&mut form, "/app two");
+    form.handle_key(ctrl('w'));
+    assert_eq!(form.workspace(), "/srv/app ");
+    form.handle_key(ctrl('a'));
+    type_str(&mut form, "~");
+    assert_eq!(form.workspace(), "~/srv/app ");
+    form.handle_key(ctrl('e'));
+    form.handle_key(alt('b'));
+    form.handle_key(ctrl('u'));
+    assert_eq!(form.workspace(), "app ");
+    let mut form = lazaret_form();
+    form.handle_key(key(KeyCode::Tab));
+    form.handle_key(ctrl('u'));
+    assert_eq!(form.workspace(), "");
+    assert_eq!(form.handle_key(ctrl('c')), FormOutcome::Cancel);
 }
 
 #[test]

@@ -138,6 +138,7 @@ impl App {
                 .collect();
             for id in gone {
                 self.set_status(
+                    &hash,
                     &id,
                     EscalationStatus::Denied {
                         reason: Some("its domain was restored".into()),

@@ -92,20 +92,33 @@ impl App {
             "scroll the pane's history (the wheel goes to programs that ask for the mouse)",
         );
         let modal = HelpSection {
-            title: "Approval modal".into(),
+            title: "Approval modal (a request waits until you open it)".into(),
             bindings: vec![
-                b("A".into(), "approve and run"),
-                b("D".into(), "deny (type an optional reason, Enter sends)"),
                 b(
-                    "E".into(),
-                    "edit the command, Enter approves it (re-checked)",
+                    format!("{p} !"),
+                    "open the oldest waiting request (keys stay the pane's until then)",
                 ),
                 b(
-                    "Q".into(),
+                    "the letters shown".into(),
+                    "approve and run: type the request's code, a key at a time",
+                ),
+                b("d".into(), "deny (type an optional reason, Enter denies)"),
+                b(
+                    "e".into(),
+                    "edit the command; the edit is read and approved with the code",
+                ),
+                b(
+                    "q, then y".into(),
                     match self.mode {
-                        Mode::Workbench => "abort: deny, then quit (ends every session of this UI)",
+                        Mode::Workbench => {
+                            "abort: deny, and end the asking tab's session (others stay)"
+                        }
                         Mode::Shell => "abort: deny, then end this shell",
                     },
+                ),
+                b(
+                    "Esc / C-c".into(),
+                    "back to the pane; the request still waits",
                 ),
                 b("Up / Down / PgUp / PgDn".into(), "scroll the request"),
             ],
@@ -403,6 +416,44 @@ impl App {
             if mode == Mode::Workbench {
                 f.render_widget(TabBar::new(&infos, focus), areas.tabs);
             }
+            // The panels first: an open modal is drawn over them.
+            for (panel, area) in areas.panels.iter().copied() {
+                // A focused panel shows its selection.
+                let focused = panel_focus == Some(panel);
+                let selected = selections.get(&panel).copied().filter(|_| focused);
+                match panel {
+                    Panel::Sessions => f.render_widget(
+                        SessionsPanel {
+                            rows: &sessions,
+                            selected,
+                            focused,
+                        },
+                        area,
+                    ),
+                    Panel::Network => f.render_widget(
+                        match routes {
+                            Some(rows) => NetworkPanel {
+                                selected,
+                                focused,
+                                ..NetworkPanel::new(rows)
+                            },
+                            None => NetworkPanel::new(&[]).waiting(
+                                "reading the live table of the focused domain (once it is up)…",
+                            ),
+                        },
+                        area,
+                    ),
+                    Panel::Escalations => f.render_widget(
+                        EscalationsPanel {
+                            rows: &escalations,
+                            selected,
+                            focused,
+                        },
+                        area,
+                    ),
+                    Panel::Audit => f.render_widget(AuditPanel::new(audit), area),
+                }
+            }
             if let Some(tab) = tabs.get_mut(focus) {
                 // A degraded sandbox is drawn like one without gVisor: red.
                 let gvisor = tab
@@ -499,43 +550,6 @@ impl App {
                             usize::from(p.view.total()),
                         );
                     }
-                }
-            }
-            for (panel, area) in areas.panels.iter().copied() {
-                // A focused panel shows its selection.
-                let focused = panel_focus == Some(panel);
-                let selected = selections.get(&panel).copied().filter(|_| focused);
-                match panel {
-                    Panel::Sessions => f.render_widget(
-                        SessionsPanel {
-                            rows: &sessions,
-                            selected,
-                            focused,
-                        },
-                        area,
-                    ),
-                    Panel::Network => f.render_widget(
-                        match routes {
-                            Some(rows) => NetworkPanel {
-                                selected,
-                                focused,
-                                ..NetworkPanel::new(rows)
-                            },
-                            None => NetworkPanel::new(&[]).waiting(
-                                "reading the live table of the focused domain (once it is up)…",
-                            ),
-                        },
-                        area,
-                    ),
-                    Panel::Escalations => f.render_widget(
-                        EscalationsPanel {
-                            rows: &escalations,
-                            selected,
-                            focused,
-                        },
-                        area,
-                    ),
-                    Panel::Audit => f.render_widget(AuditPanel::new(audit), area),
                 }
             }
             f.render_widget(

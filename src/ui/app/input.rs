@@ -133,7 +133,7 @@ impl App {
                     self.detached = true;
                     self.quit = true;
                 }
-                _ => {}
+                _ => self.message = Some("not quitting".into()),
             }
             return;
         }
@@ -606,6 +606,7 @@ impl App {
             Step::Decided(verdict) => verdict,
         };
         let request_id = p.prompt().request_id.clone();
+        let domain = p.domain.clone();
         let answered: Vec<String> = p.ids().cloned().collect();
         let route = p.route.clone();
         tab.prompts.pop_front();
@@ -636,7 +637,7 @@ impl App {
                 reason: Some("aborted".into()),
             },
         };
-        self.set_status(&request_id, status);
+        self.set_status(&domain, &request_id, status);
         let whose = match &route {
             Some(_) => format!("request {request_id} (inbox)"),
             None => format!("tab {title}"),

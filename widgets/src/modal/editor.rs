@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Span;
 use ratatui::widgets::Widget;
-use ratatui_textarea::{TextArea, WrapMode};
+use ratatui_textarea::{CursorMove, TextArea, WrapMode};
 
 use crate::visible::make_visible;
 
@@ -30,6 +30,9 @@ pub enum EditOutcome {
 pub struct CommandEditor {
     textarea: TextArea<'static>,
     original: String,
+    /// The text is Lazaret's suggestion (a path filled in): the first
+    /// character typed replaces it; a movement key makes it the human's.
+    suggested: bool,
 }
 
 impl CommandEditor {
@@ -41,8 +44,30 @@ impl CommandEditor {
         textarea.set_cursor_line_style(Style::new());
         textarea.set_cursor_style(Style::new().add_modifier(Modifier::REVERSED));
         textarea.set_placeholder_text("the command to run");
-        textarea.move_cursor(ratatui_textarea::CursorMove::End);
-        Self { textarea, original }
+        textarea.move_cursor(CursorMove::End);
+        Self {
+            textarea,
+            original,
+            suggested: false,
+        }
+    }
+
+    /// The text is a suggestion: typing replaces it, C-u clears it.
+    #[must_use]
+    pub(crate) fn suggesting(mut self) -> Self {
+        self.suggested = !self.text().is_empty();
+        self
+    }
+
+    /// Whether the text is still the untouched suggestion.
+    pub fn is_suggestion(&self) -> bool {
+        self.suggested
+    }
+
+    fn clear(&mut self) {
+        self.textarea.move_cursor(CursorMove::Bottom);
+        self.textarea.move_cursor(CursorMove::End);
+        while self.textarea.delete_line_by_head() || self.textarea.delete_newline() {}
     }
 
     /// An empty editor for the reason of a denial.
@@ -74,8 +99,7 @@ impl CommandEditor {
 
     fn place_cursor(&mut self, cursor: usize) {
         let col = u16::try_from(cursor).unwrap_or(u16::MAX);
-        self.textarea
-            .move_cursor(ratatui_textarea::CursorMove::Jump(0, col));
+        self.textarea.move_cursor(CursorMove::Jump(0, col));
     }
 
     /// A one-line field, such as a path: no soft wrapping, so a long text
@@ -87,26 +111,53 @@ impl CommandEditor {
         self
     }
 
-    /// Handles one key: Enter submits, Esc cancels, everything else edits.
+    /// Handles one key: Enter submits, Esc and Ctrl-C cancel, the keys of
+    /// a terminal's line editor edit (C-u to the line's start, C-w a word
+    /// back, C-a / C-e start and end, M-b / M-f by words), anything else
+    /// is typed.
     pub fn handle_key(&mut self, key: KeyEvent) -> EditOutcome {
         if key.kind == KeyEventKind::Release {
             return EditOutcome::Editing;
         }
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let alt = key.modifiers.contains(KeyModifiers::ALT);
+        let suggested = std::mem::take(&mut self.suggested);
         match key.code {
             // Ctrl+M and Ctrl+J are Enter too; a command is one line.
-            KeyCode::Enter => EditOutcome::Submit(self.text()),
-            KeyCode::Char('m' | 'j') if ctrl => EditOutcome::Submit(self.text()),
-            KeyCode::Esc => EditOutcome::Cancel,
+            KeyCode::Enter => return EditOutcome::Submit(self.text()),
+            KeyCode::Char('m' | 'j') if ctrl => return EditOutcome::Submit(self.text()),
+            KeyCode::Esc => return EditOutcome::Cancel,
+            KeyCode::Char('c') if ctrl => return EditOutcome::Cancel,
+            KeyCode::Char('u') if ctrl => {
+                self.textarea.delete_line_by_head();
+            }
+            KeyCode::Char('w') if ctrl => {
+                self.textarea.delete_word();
+            }
+            KeyCode::Backspace if alt => {
+                self.textarea.delete_word();
+            }
+            KeyCode::Char('a') if ctrl => self.textarea.move_cursor(CursorMove::Head),
+            KeyCode::Char('e') if ctrl => self.textarea.move_cursor(CursorMove::End),
+            KeyCode::Char('b') if alt => self.textarea.move_cursor(CursorMove::WordBack),
+            KeyCode::Char('f') if alt => self.textarea.move_cursor(CursorMove::WordForward),
+            KeyCode::Char(_) if suggested && !ctrl && !alt => {
+                self.clear();
+                self.textarea.input(key);
+            }
             _ => {
                 self.textarea.input(key);
-                EditOutcome::Editing
             }
         }
+        EditOutcome::Editing
     }
 
-    /// Inserts pasted text at the cursor, made visible like the command.
+    /// Inserts pasted text at the cursor, made visible like the command
+    /// (replacing a suggestion).
     pub fn paste(&mut self, text: &str) {
+        if std::mem::take(&mut self.suggested) {
+            self.clear();
+        }
         self.textarea.insert_str(make_visible(text).0);
     }
 

@@ -170,9 +170,21 @@ impl CheckpointsForm {
                 CheckpointsOutcome::Open
             }
             Question::ForkName(typed) => {
+                let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
                 match key.code {
                     KeyCode::Esc => {
                         self.question = Question::None;
+                        self.error = None;
+                    }
+                    KeyCode::Char('c') if ctrl => {
+                        self.question = Question::None;
+                        self.error = None;
+                    }
+                    KeyCode::Char('w') if ctrl => {
+                        // A word back, as a terminal's line editor does.
+                        let word = typed.trim_end_matches([' ', '-', '_']);
+                        let keep = word.rfind([' ', '-', '_']).map_or(0, |i| i + 1);
+                        typed.truncate(keep);
                         self.error = None;
                     }
                     KeyCode::Enter => {
@@ -203,8 +215,11 @@ impl CheckpointsForm {
             }
             Question::None => {
                 let last = self.rows.len().saturating_sub(1);
+                let ctrl_c =
+                    key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
                 match key.code {
                     KeyCode::Esc => return CheckpointsOutcome::Close,
+                    _ if ctrl_c => return CheckpointsOutcome::Close,
                     KeyCode::Up => self.selected = self.selected.saturating_sub(1),
                     KeyCode::Down => self.selected = (self.selected + 1).min(last),
                     KeyCode::Home => self.selected = 0,

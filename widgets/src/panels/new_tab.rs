@@ -81,7 +81,9 @@ impl NewTabForm {
             profiles,
             selected,
             focus: NewTabField::Profile,
-            workspace: CommandEditor::new(workspace).single_line("a directory on the host"),
+            workspace: CommandEditor::new(workspace)
+                .single_line("a directory on the host")
+                .suggesting(),
             error: None,
         }
     }
@@ -95,6 +97,7 @@ impl NewTabForm {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         match (key.code, self.focus) {
             (KeyCode::Esc, _) => return FormOutcome::Cancel,
+            (KeyCode::Char('c'), _) if ctrl => return FormOutcome::Cancel,
             // Ctrl+M and Ctrl+J are Enter too, as in the command editor.
             (KeyCode::Enter, _) => return self.submit(),
             (KeyCode::Char('m' | 'j'), _) if ctrl => return self.submit(),
