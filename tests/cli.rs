@@ -445,3 +445,35 @@ fn exec_exits_125_when_the_domain_cannot_start() {
         );
     }
 }
+
+/// Issue 43 (3): `lazaret down` where nothing of the domain runs is an
+/// error that says so (as `podman stop` of a missing container is), not
+/// "domain … is down" with exit 0.
+#[test]
+fn down_where_nothing_runs_says_so_and_fails() {
+    let s = Scratch::new();
+    let home = s.mkdir("home");
+    let ws = s.mkdir("ws");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[storage]\ndata_root = \"{}/data\"\n[profiles.idle]\nimage = \"localhost/lazaret/trixie:latest\"\n",
+            s.path().display()
+        ),
+    );
+    let out = lazaret(
+        &home,
+        &ws,
+        STANDARD_PATH,
+        &["--config", cfg.to_str().unwrap(), "down", "idle"],
+    )
+    .output()
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(!stdout.contains("is down"), "{stdout}");
+    assert!(
+        stderr.contains("is running: nothing to bring down"),
+        "{stderr}"
+    );
+}

@@ -633,6 +633,21 @@ pub fn down(
         Engine::new(&config, rundir)
             .verify_down(&ctx.anchor)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("domain {} is down", ctx.anchor.hash());
+    } else if !leaves_something(&ctx.anchor)? {
+        // Nothing of it runs: an error, as `podman stop` of a missing
+        // container is (issue 43), unless its state is to go.
+        if !purge {
+            anyhow::bail!(
+                "no domain {} ({} in {}) is running: nothing to bring down; `lazaret status` lists the running domains",
+                ctx.anchor.hash(),
+                ctx.anchor.name(),
+                lazaret_widgets::visible::make_visible(
+                    &ctx.anchor.workspace().display().to_string()
+                )
+                .0
+            );
+        }
     } else {
         // No coordinator (it was killed?): clean what it left, holding the
         // domain lock so no new coordinator starts meanwhile.
@@ -641,8 +656,8 @@ pub fn down(
             .down(&ctx.anchor)
             .with_context(|| format!("cannot clean up domain {}", ctx.anchor.hash()))?;
         let _ = std::fs::remove_file(&ctx.control_socket);
+        println!("domain {} is down", ctx.anchor.hash());
     }
-    println!("domain {} is down", ctx.anchor.hash());
     if purge {
         // No coordinator may start meanwhile, nor still own the store.
         let _guard = crate::coordinator::lock::exclusive(&ctx.lock_file)?;
@@ -656,6 +671,22 @@ pub fn down(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether anything of the domain is left to bring down without its
+/// coordinator: a container labelled with it, or a mount of its Domain
+/// Root in podman's namespace.
+fn leaves_something(anchor: &crate::domain::DomainAnchor) -> Result<bool> {
+    let podman = crate::podman::Podman::default();
+    let labelled =
+        crate::engine::labelled_domains(&podman).context("cannot list the domains' containers")?;
+    if labelled.iter().any(|d| d.hash == anchor.hash()) {
+        return Ok(true);
+    }
+    let mounts = podman
+        .run(["unshare", "cat", "/proc/self/mountinfo"])
+        .context("cannot read podman's mount table")?;
+    Ok(mounts.contains(&format!("/domains/{}/", anchor.hash())))
 }
 
 /// [`context`] for teardown: an untrusted workspace file that widens is
