@@ -330,3 +330,63 @@ fn the_agent_cannot_crowd_out_or_steer_hosting_under_runc() {
 fn the_agent_cannot_crowd_out_or_steer_hosting_under_runsc() {
     the_agent_against_hosting("gv");
 }
+
+/// The farewell's hint, joined across the rows it wrapped over: the
+/// command between the backticks after `what`.
+fn hinted(t: &Tmux, what: &str) -> String {
+    let joined = t
+        .tmux(&["capture-pane", "-p", "-J", "-t", "0"])
+        .replace('\n', "");
+    let at = joined
+        .find(what)
+        .unwrap_or_else(|| panic!("no `{what}` in:\n{joined}"));
+    let start = joined[..at].rfind('`').expect("an opening backtick") + 1;
+    joined[start..at].trim_end_matches('`').trim().to_string()
+}
+
+/// Issue 43 (1, 2), under gVisor: a farewell is true and its hint works as
+/// printed. Detaching says the session keeps running with a command that,
+/// pasted in another folder, attaches to that very session; quitting the
+/// workbench with "end" says the session ended, and nothing of it runs.
+#[test]
+fn farewells_are_true_and_their_hints_work_from_any_folder() {
+    let d = Domain::new("gv");
+    let t = d.tmux(120, 30, "attach -p gv", Some(AFTER));
+    t.wait_for(120, "the shell's prompt", |s| s.contains("root@"));
+    t.line("clear; echo MARK-$((6*7))");
+    t.wait_for(20, "the mark", |s| s.contains("MARK-42"));
+    t.send(&["C-a", "d"]);
+    t.wait_for(20, "the detach", |s| s.contains("EXIT=0"));
+    let hint = hinted(&t, "` returns to it");
+    assert!(hint.contains("attach -p gv -w "), "{hint}");
+    drop(t);
+    // Pasted from another folder (the test's binary for `lazaret`).
+    let bin = common::lazaret_bin().display().to_string();
+    let pasted = hint.replacen("lazaret", &bin, 1);
+    let t = Tmux::start(
+        std::path::Path::new("/"),
+        120,
+        30,
+        &[("LAZARET_USER_CONFIG", ""), ("LAZARET_TEST_FWD", "x")],
+        &format!("sh -c {}", shell_quote(&format!("{pasted}; {AFTER}"))),
+    );
+    t.wait_for(30, "the same session, attached", |s| s.contains("MARK-42"));
+    assert_eq!(sessions(&d).len(), 1);
+    t.line("exit");
+    t.wait_for(30, "the session's end", |s| s.contains("EXIT="));
+    drop(t);
+    d.wait_until_gone();
+    // The workbench, quit with "end": the farewell says the session
+    // ended, and nothing of it runs.
+    let t = d.tmux(120, 30, "ui --profile gv", Some(AFTER));
+    t.wait_for(120, "the tab's shell", |s| s.contains("root@"));
+    t.quit_ending_sessions();
+    let s = t.wait_for(30, "the farewell", |s| s.contains("EXIT="));
+    let joined = s.replace('\n', "");
+    assert!(
+        joined.contains("(gv) of domain gv") && joined.contains("ended"),
+        "{s}"
+    );
+    assert!(!joined.contains("keeps running"), "{s}");
+    d.wait_until_gone();
+}

@@ -355,14 +355,32 @@ impl App {
         self.dirty = true;
     }
 
-    /// Hosted sessions the tabs show that still run (they outlive the UI).
+    /// Hosted sessions the tabs show that still run and that this
+    /// workbench did not end (they outlive the UI).
     pub fn running_hosted(&self) -> Vec<(String, u32)> {
+        self.hosted_farewells()
+            .into_iter()
+            .filter(|f| !f.ended)
+            .map(|f| (f.title, f.session))
+            .collect()
+    }
+
+    /// What becomes of each tab's hosted session as the workbench leaves,
+    /// with the domain it lives in: the farewell names that domain, not
+    /// the workbench's first (issue 43).
+    pub fn hosted_farewells(&self) -> Vec<super::Farewell> {
         self.tabs
             .iter()
             .filter_map(|t| {
                 let h = t.hosted.as_ref()?;
                 let n = h.session.load(Ordering::Acquire);
-                (n != 0 && !h.ended()).then(|| (t.title.clone(), n))
+                (n != 0 && !h.ended()).then(|| super::Farewell {
+                    title: t.title.clone(),
+                    session: n,
+                    anchor: t.launch.ctx.anchor.clone(),
+                    config: t.launch.ctx.config.clone(),
+                    ended: t.ending.load(Ordering::Acquire),
+                })
             })
             .collect()
     }

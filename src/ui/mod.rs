@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use lazaret_widgets::visible::make_visible;
 use ratatui::crossterm::event::{self, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::crossterm::{execute, terminal};
 
@@ -240,7 +241,6 @@ pub fn run(
     };
     let mut launch = launcher.launch(profile, &workspace)?;
     launch.session = session;
-    let domain_hash = launch.ctx.anchor.hash().to_string();
     // What is known now is said now, not after the sandbox fails to boot.
     crate::client::preboot(
         &launcher.config,
@@ -350,7 +350,7 @@ pub fn run(
     let outcome = app.outcome();
     let stopped = app.stopped.take();
     let detached = app.detached;
-    let running = app.running_hosted();
+    let farewells = app.hosted_farewells();
     // Shells first (their PTY writers must outlive them), then the control
     // streams: the last session out tears the domain down.
     app.shutdown();
@@ -367,12 +367,10 @@ pub fn run(
         let _ = out.write_all(pane.transcript().as_bytes());
         let _ = out.flush();
     }
-    // Said every time: which sessions run on without this client.
-    for (title, n) in &running {
-        eprintln!(
-            "lazaret: session {n} ({title}) of domain {} keeps running: `lazaret attach {n}` returns to it, `lazaret down` ends it",
-            &domain_hash[..domain_hash.len().min(12)]
-        );
+    // Said every time: which sessions run on without this client, each
+    // with commands that reach its own domain from any folder.
+    for f in &farewells {
+        eprintln!("lazaret: {}", f.said());
     }
     if detached {
         return Ok(ExitCode::SUCCESS);
@@ -399,6 +397,40 @@ pub fn run(
         }
         Ok(code) => Ok(ExitCode::from(code)),
         Err(why) => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// A tab's hosted session as the workbench leaves it.
+#[derive(Debug, Clone)]
+pub struct Farewell {
+    pub title: String,
+    pub session: u32,
+    pub anchor: crate::domain::DomainAnchor,
+    /// `--config FILE` when one was given: the hint carries it.
+    pub config: Option<PathBuf>,
+    /// This workbench ended it.
+    pub ended: bool,
+}
+
+impl Farewell {
+    /// The line printed for it: ended, or running on with the commands
+    /// (pasteable from any folder) that return to it and end it.
+    pub fn said(&self) -> String {
+        let (n, title) = (self.session, make_visible(&self.title).0);
+        let name = self.anchor.name();
+        let hash = self.anchor.hash();
+        if self.ended {
+            return format!("session {n} ({title}) of domain {name} ({hash}) ended");
+        }
+        let quote = |p: &Path| shell_words::quote(&p.display().to_string()).into_owned();
+        let ws = quote(self.anchor.workspace());
+        let lazaret = match &self.config {
+            Some(c) => format!("lazaret --config {}", quote(c)),
+            None => "lazaret".to_string(),
+        };
+        format!(
+            "session {n} ({title}) of domain {name} ({hash}) keeps running: `{lazaret} attach -p {name} -w {ws} {n}` returns to it, `{lazaret} down -p {name} -w {ws}` ends it"
+        )
     }
 }
 

@@ -271,6 +271,9 @@ pub struct Tab {
     pub stopped_by: Arc<Mutex<Option<StoppedBy>>>,
     /// A hosted session's side of the tab (its shell lives in the domain).
     pub hosted: Option<Arc<HostedPane>>,
+    /// This workbench asked the session to end (quit with "end", an abort,
+    /// the tab closed): no farewell may say it runs on.
+    pub ending: AtomicBool,
 }
 
 /// A tab showing a hosted session: which one, the size this client
@@ -395,6 +398,7 @@ impl Tab {
             started: Instant::now(),
             stopped_by,
             hosted,
+            ending: AtomicBool::new(false),
         }
     }
 
@@ -595,6 +599,7 @@ impl Tab {
 
     /// Ends a hosted session (the tab is closed, not left).
     pub fn end_session(&self) {
+        self.ending.store(true, Ordering::Release);
         if let Some(session) = self.hosted.as_ref().and_then(|h| h.id()) {
             self.send(ClientMsg::EndSession { session });
         }
