@@ -1393,21 +1393,29 @@ fn the_prompt_names_the_agents_files_the_command_would_run() {
             let prompt = next_prompt(&mut c);
             assert_eq!(prompt.request_id, req.request_id);
             let _ = requester.join();
-            prompt.reads
+            (prompt.reads, prompt.review)
         };
-        let make = ask("make -n");
+        let (make, review) = ask("make -n");
         assert_eq!(
             make,
             vec![format!("Makefile, changed in {short}")],
             "{profile}"
         );
-        let npm = ask("npm test");
+        // The review comes with it, one key away in the modal.
+        assert!(
+            review
+                .iter()
+                .any(|l| l.contains("executed by host tools: Makefile")),
+            "{review:?}"
+        );
+        let (npm, _) = ask("npm test");
         assert_eq!(
             npm,
             vec!["package.json, changed and not committed"],
             "{profile}"
         );
-        assert!(ask("date").is_empty(), "{profile}");
+        let (date, review) = ask("date");
+        assert!(date.is_empty() && review.is_empty(), "{profile}");
         drop(c);
         stop(h);
         d.wait_until_gone();

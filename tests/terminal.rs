@@ -594,8 +594,9 @@ fn plain_prompt_type_ahead_and_cancel(profile: &'static str) {
     let one = d.s.path().join("ahead-one");
     let two = d.s.path().join("ahead-two");
     let script = format!(
-        "{ESC} --justify ahead-one -- mkdir {}; echo R1=$?; {ESC} --justify ahead-two -- mkdir {}; echo R2=$?",
+        "{ESC} --justify ahead-one -- mkdir {}; echo R1=$?; {ESC} --justify ahead-two -- mkdir {}; echo R2=$?; {ESC} --justify ahead-three -- mkdir {}; echo R3=$?",
         one.display(),
+        two.display(),
         two.display()
     );
     let t = d.tmux(
@@ -658,6 +659,20 @@ fn plain_prompt_type_ahead_and_cancel(profile: &'static str) {
     let s = t.wait_for(30, "the denial", |s| s.contains("R2=77"));
     assert!(s.contains("denied (Esc / Ctrl-C)"), "{s}");
     assert!(!two.exists(), "a cancelled request ran");
+    // The third: q asks, y aborts; the exec ends with 130, saying why
+    // (not the 137 of a kill).
+    t.wait_for(30, "the third prompt, armed", |s| {
+        s.contains("ahead-three") && s.contains("code:")
+    });
+    t.send(&["-l", "q"]);
+    t.wait_for(20, "the question", |s| {
+        s.contains("abort: deny, and end this session?")
+    });
+    t.send(&["-l", "y"]);
+    let s = t.wait_for(30, "the exec's end", |s| s.contains("EXIT="));
+    assert!(s.contains("EXIT=130"), "{s}");
+    assert!(s.contains("you aborted the session"), "{s}");
+    assert!(!s.contains("R3="), "the aborted exec ran on:\n{s}");
     drop(t);
     d.wait_until_gone();
 }

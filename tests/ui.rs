@@ -398,7 +398,20 @@ fn a_closed_tab_denies_its_prompts_and_a_killed_requester_withdraws_its_modal() 
     common::open_request_by_bang(&t, "step-close");
     // The modal names the session that signed the request.
     assert!(t.screen().contains("signed as tab gv-2 (session"));
+    // Closing a tab whose session runs asks first (tmux's confirm-before):
+    // any key but y keeps it, y closes it.
     t.send(&["C-a", "x"]);
+    t.wait_for(20, "the question", |s| {
+        s.contains("close tab gv-2? its session ends")
+    });
+    t.send(&["n"]);
+    t.wait_for(20, "the tab kept", |s| s.contains("the tab stays open"));
+    assert!(t.screen().lines().next().unwrap_or("").contains("2:gv-2"));
+    t.send(&["C-a", "x"]);
+    t.wait_for(20, "the question", |s| {
+        s.contains("close tab gv-2? its session ends")
+    });
+    t.send(&["y"]);
     t.wait_for(20, "the second tab to close", |s| {
         !s.lines().next().unwrap_or("").contains("2:gv-2")
     });

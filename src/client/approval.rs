@@ -239,6 +239,8 @@ pub struct Approval {
     /// Reads ignored as bursts.
     ignored: usize,
     note: Option<String>,
+    /// `l`: the review of the agent's changes is shown with the request.
+    review_shown: bool,
 }
 
 impl Approval {
@@ -256,7 +258,13 @@ impl Approval {
             seen_end: false,
             ignored: 0,
             note: None,
+            review_shown: false,
         }
+    }
+
+    /// Whether the human asked to see the review of the agent's changes.
+    pub fn review_shown(&self) -> bool {
+        self.review_shown
     }
 
     pub fn prompt(&self) -> &Prompt {
@@ -480,6 +488,17 @@ impl Approval {
                 Step::Asking
             }
             'e' => Step::Asking,
+            // `l` is in no code: the review of the agent's changes, one key
+            // away when the command runs the agent's files (issue 39).
+            'l' if !self.prompt.review.is_empty() => {
+                self.review_shown = !self.review_shown;
+                Step::Asking
+            }
+            'l' => {
+                self.note =
+                    Some("no review to show: the command runs none of the agent's files".into());
+                Step::Asking
+            }
             'a' => {
                 if self.gate() {
                     self.note = Some(format!("to approve, type the code {}", self.code));
@@ -574,6 +593,7 @@ mod tests {
             via_shell: false,
             reason: "matches no auto-approve entry".into(),
             reads: Vec::new(),
+            review: Vec::new(),
         }
     }
 

@@ -57,6 +57,13 @@ fn body(a: &Approval, cols: usize) -> Vec<String> {
     for read in &prompt.reads {
         field("runs code", &format!("of the agent's: {read}"));
     }
+    if a.review_shown() {
+        for line in &prompt.review {
+            field("review", line);
+        }
+    } else if !prompt.review.is_empty() {
+        field("review", "[L] shows what `lazaret review` finds");
+    }
     // The command last, its rows numbered: its end is the request's end.
     let label = if a.edited().is_some() {
         "edited"
@@ -232,6 +239,7 @@ mod tests {
             via_shell: false,
             reason: "matches no auto-approve entry".into(),
             reads: Vec::new(),
+            review: Vec::new(),
         }
     }
 

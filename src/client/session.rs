@@ -302,6 +302,7 @@ pub(crate) fn run_in_sandbox(
                         let _ = write_frame(&mut control.write, &ClientMsg::Decision { request_id: prompt.request_id, verdict }).await;
                         if abort {
                             let _ = child.kill().await;
+                            return Ok(Ended::Aborted);
                         }
                     }
                     // Withdrawn before its prompt was shown (it waited
@@ -339,6 +340,13 @@ pub(crate) fn run_in_sandbox(
     });
     let code = match outcome {
         Ok(Ended::Exited(status)) => Ok(exit_code(status)),
+        Ok(Ended::Aborted) => {
+            // Not the 137 of a kill: the human chose this (issue 43).
+            eprintln!(
+                "lazaret: you aborted the session at its request's prompt; the exec in the sandbox was ended (exit code {EXIT_ABORTED})"
+            );
+            Ok(ExitCode::from(EXIT_ABORTED))
+        }
         Ok(Ended::Stopped(by)) => {
             drop(guard.take());
             eprintln!("lazaret: {by}; the session's command was ended (exit code {EXIT_STOPPED})");
@@ -372,12 +380,18 @@ pub(crate) fn run_in_sandbox(
     code
 }
 
+/// `lazaret exec`'s exit code when the human aborted at its prompt, as a
+/// shell's for an interrupted command.
+pub const EXIT_ABORTED: u8 = 130;
+
 /// How a plain session's exec ended.
 enum Ended {
     Exited(std::process::ExitStatus),
     /// Someone else stopped the domain (`lazaret down`).
     Stopped(crate::coordinator::protocol::StoppedBy),
     Signal(tokio::process::Child, i32),
+    /// The human aborted the session at a request's prompt.
+    Aborted,
 }
 
 /// The next message from the coordinator: one read while a prompt was up

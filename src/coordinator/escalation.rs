@@ -222,6 +222,10 @@ pub struct Prompt {
     /// changed in ec45301"): approving runs the agent's code.
     #[serde(default)]
     pub reads: Vec<String>,
+    /// When `reads` names anything: `lazaret review`'s findings, for the
+    /// human to see with one key.
+    #[serde(default)]
+    pub review: Vec<String>,
 }
 
 /// Bytes of output an [`Outcome`] carries back to the human's queue: a
@@ -956,7 +960,14 @@ impl EscalationServer {
                     command: req.command.clone(),
                     via_shell,
                     reason: reason.to_string(),
-                    reads: self.agent_code_read(argv.as_deref(), &req.command).await,
+                    reads: Vec::new(),
+                    review: Vec::new(),
+                };
+                let (reads, review) = self.agent_code_read(argv.as_deref(), &req.command).await;
+                let prompt = Prompt {
+                    reads,
+                    review,
+                    ..prompt
                 };
                 let Some(answer) = sessions.ask(prompt) else {
                     let _ = self.decided(
@@ -1040,15 +1051,27 @@ impl EscalationServer {
         }
     }
 
-    /// The agent's files the command would execute (issue 39), found off
-    /// the async workers: it reads files and runs host git.
-    async fn agent_code_read(&self, argv: Option<&[String]>, command: &str) -> Vec<String> {
+    /// The agent's files the command would execute (issue 39) and, when
+    /// there are any, the review's findings; found off the async workers:
+    /// it reads files and runs host git.
+    async fn agent_code_read(
+        &self,
+        argv: Option<&[String]>,
+        command: &str,
+    ) -> (Vec<String>, Vec<String>) {
         let Some(layout) = self.layout.clone() else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let (argv, command) = (argv.map(<[String]>::to_vec), command.to_string());
         tokio::task::spawn_blocking(move || {
-            crate::git_sentry::reads::agent_code_read(&layout, argv.as_deref(), &command)
+            let reads =
+                crate::git_sentry::reads::agent_code_read(&layout, argv.as_deref(), &command);
+            let review = if reads.is_empty() {
+                Vec::new()
+            } else {
+                crate::git_sentry::reads::review_lines(&layout)
+            };
+            (reads, review)
         })
         .await
         .unwrap_or_default()

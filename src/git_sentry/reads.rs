@@ -171,6 +171,31 @@ pub fn agent_code_read(
     reads
 }
 
+/// At most this many lines of the review go with a prompt.
+const MAX_REVIEW_LINES: usize = 40;
+
+/// `lazaret review`'s findings as lines (each escapes the agent's names
+/// itself), bounded, for the approval to show with one key.
+pub fn review_lines(layout: &WorkspaceLayout) -> Vec<String> {
+    let r = match super::review::review(layout) {
+        Ok(r) => r,
+        Err(e) => return vec![format!("the review failed: {e}")],
+    };
+    let mut lines = vec![format!("{} changed path(s)", r.changed.len())];
+    lines.extend(r.findings.iter().map(|f| format!("! {f}")));
+    if r.findings.is_empty() {
+        lines.push("nothing that host tools would execute, and no filesystem traps".into());
+    }
+    if lines.len() > MAX_REVIEW_LINES {
+        let more = lines.len() - MAX_REVIEW_LINES;
+        lines.truncate(MAX_REVIEW_LINES);
+        lines.push(format!(
+            "and {more} more: run `lazaret review` in the workspace"
+        ));
+    }
+    lines
+}
+
 /// Files the agent's branch changed since it forked from the host's HEAD.
 fn committed(layout: &WorkspaceLayout, wanted: &dyn Fn(&str) -> bool, reads: &mut Vec<String>) {
     let Ok(Some((base, changed))) = super::review::branch_changes(layout) else {

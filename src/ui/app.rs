@@ -176,6 +176,9 @@ pub struct App {
     /// `prefix q` asked what becomes of the sessions that would outlive
     /// the workbench; the next key answers.
     quitting: bool,
+    /// `prefix x` on a tab whose session runs: its id, until the human
+    /// answers (tmux's confirm-before).
+    closing: Option<u64>,
     /// The border between the pane and the panels is being dragged.
     dragging_split: bool,
     seen: Vec<Seen>,
@@ -261,6 +264,7 @@ impl App {
             quit: false,
             detached: false,
             quitting: false,
+            closing: None,
             dragging_split: false,
             dirty: true,
             cursor_style: None,

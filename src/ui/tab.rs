@@ -164,6 +164,7 @@ impl Pending {
             via_shell: prompt.via_shell,
             note: Some(note.clone()),
             reads: prompt.reads.clone(),
+            review: prompt.review.clone(),
             ..ApprovalRequest::default()
         };
         // A fresh code per request (decisions.md D15): approving is typing

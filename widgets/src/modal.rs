@@ -41,6 +41,10 @@ pub struct ApprovalRequest {
     /// Files of the agent's that the command's program would execute,
     /// changed by the agent (e.g. `Makefile, changed in ec45301`).
     pub reads: Vec<String>,
+    /// `lazaret review`'s findings, sent when `reads` names anything.
+    pub review: Vec<String>,
+    /// The review is shown (the human pressed `l`).
+    pub review_shown: bool,
     /// The command is the human's edit, not the agent's.
     pub edited: bool,
     /// The letters that approve (typed one by one).
@@ -267,16 +271,35 @@ fn body(request: &ApprovalRequest, width: u16) -> Vec<Line<'static>> {
                 hidden_style(),
             ));
         }
-        lines.extend(wrap(
-            vec![Span::raw("  ")],
-            &[Span::styled(
-                "`lazaret review` in the workspace lists every change",
-                Style::new().fg(Color::DarkGray),
-            )],
-            2,
-            width,
-            hidden_style(),
-        ));
+        if request.review_shown {
+            lines.push(Line::from(Span::styled(
+                "What `lazaret review` finds (l hides it)",
+                label_style(),
+            )));
+            for line in &request.review {
+                let (spans, _) = visible_spans(line, Style::new());
+                lines.extend(wrap(
+                    vec![Span::raw("  ")],
+                    &spans,
+                    2,
+                    width,
+                    hidden_style(),
+                ));
+            }
+        } else {
+            let hint = if request.review.is_empty() {
+                "`lazaret review` in the workspace lists every change"
+            } else {
+                "l shows what `lazaret review` finds"
+            };
+            lines.extend(wrap(
+                vec![Span::raw("  ")],
+                &[Span::styled(hint, Style::new().fg(Color::DarkGray))],
+                2,
+                width,
+                hidden_style(),
+            ));
+        }
     }
 
     lines.push(Line::from(Span::styled("Justification", label_style())));

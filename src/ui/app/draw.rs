@@ -157,7 +157,10 @@ impl App {
                     b(format!("{p} c"), "new tab: pick a profile and a workspace"),
                     b(format!("{p} n / {p} p"), "next / previous tab"),
                     b(format!("{p} 1..9"), "go to tab N"),
-                    b(format!("{p} x"), "close tab (ends its session)"),
+                    b(
+                        format!("{p} x"),
+                        "close tab (ends its session; asks first while it runs)",
+                    ),
                     b(
                         format!("{p} d"),
                         "detach: leave, every session keeps running",
@@ -314,15 +317,16 @@ impl App {
         let waiting_here = self.tabs.get(self.focus).map_or(0, |t| t.prompts.len());
         let waiting_all: usize =
             self.tabs.iter().map(|t| t.prompts.len()).sum::<usize>() + self.inboxed.len();
+        let waits = |n: usize| match n {
+            1 => "1 request waits".to_string(),
+            n => format!("{n} requests wait"),
+        };
         let waiting = (waiting_all > 0).then(|| match waiting_here {
-            0 => format!("⚑ {waiting_all} request(s) wait · {} !", self.prefix_text),
+            0 => format!("⚑ {} · {} !", waits(waiting_all), self.prefix_text),
+            n if n == waiting_all => format!("⚑ {} here · {} !", waits(n), self.prefix_text),
             n => format!(
-                "⚑ {n} request(s) of this tab wait{} · {} ! to answer",
-                if waiting_all > n {
-                    format!(" ({waiting_all} in all)")
-                } else {
-                    String::new()
-                },
+                "⚑ {} here ({waiting_all} in all) · {} !",
+                waits(n),
                 self.prefix_text
             ),
         });
@@ -385,7 +389,9 @@ impl App {
             })
             .collect();
         let mode = self.mode;
-        let typing = self.input.is_some();
+        // A line being typed, or a question waiting for its answer, has
+        // the whole width.
+        let typing = self.input.is_some() || self.closing.is_some() || self.quitting;
         let new_tab = self.new_tab.as_ref();
         let checkpoints = self.checkpoints.as_ref().map(|o| &o.form);
         let stdout_sync = self.stdout_terminal;
@@ -516,6 +522,7 @@ impl App {
                     p.request.command = p.approval.command().to_string();
                     p.request.edited = p.approval.edited().is_some();
                     p.request.code = p.approval.code().to_string();
+                    p.request.review_shown = p.approval.review_shown();
                     let editor = match p.approval.mode() {
                         approval::Mode::Reading | approval::Mode::ConfirmAbort => None,
                         approval::Mode::Editing(line) => {

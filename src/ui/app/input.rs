@@ -137,6 +137,13 @@ impl App {
             }
             return;
         }
+        if let Some(id) = self.closing.take() {
+            match (key.code, self.tabs.iter().position(|t| t.id == id)) {
+                (KeyCode::Char('y' | 'Y'), Some(i)) => self.close_tab(i),
+                _ => self.message = Some("the tab stays open".into()),
+            }
+            return;
+        }
         if self.new_tab.is_some() {
             self.new_tab_key(key);
             return;
@@ -357,7 +364,7 @@ impl App {
                     self.focus = i;
                 }
             }
-            KeyCode::Char('x') => self.close_tab(self.focus),
+            KeyCode::Char('x') => self.ask_close(self.focus),
             KeyCode::Char(',') => {
                 // The title as a suggestion: typing replaces it.
                 let title = self.tabs.get(self.focus).map(|t| t.title.clone());
@@ -451,6 +458,37 @@ impl App {
                 .map_err(|e| format!("no checkpoint of domain {hash}: {e}"));
             let _ = tx.send(Ev::Checkpointed(result));
         });
+    }
+
+    /// Prefix x: a tab whose session still runs is closed only once the
+    /// human says so, as tmux's kill-pane asks; one whose session ended
+    /// closes at once.
+    fn ask_close(&mut self, i: usize) {
+        let Some(t) = self.tabs.get(i) else {
+            return;
+        };
+        let live = t.phase == Phase::Running && t.hosted.as_ref().is_none_or(|h| !h.ended());
+        if !live {
+            self.close_tab(i);
+            return;
+        }
+        let running = t
+            .hosted
+            .as_ref()
+            .and_then(|h| h.id())
+            .and_then(|n| {
+                let hash = t.launch.ctx.anchor.hash();
+                let d = self.domains.iter().find(|d| d.hash == hash)?;
+                let h = d.hosted.iter().find(|h| h.id == n)?;
+                h.busy?
+                    .then(|| format!(" (it is running a command in {})", h.argv.join(" ")))
+            })
+            .unwrap_or_default();
+        self.closing = Some(t.id);
+        self.message = Some(format!(
+            "close tab {}? its session ends{running}: [y] yes · any other key: no",
+            t.title
+        ));
     }
 
     /// Prefix Tab: the keys go to the next panel on screen, then back to
