@@ -53,6 +53,10 @@ impl Check {
     pub fn failed(&self) -> bool {
         matches!(self.outcome, Outcome::Fail { .. })
     }
+
+    pub fn passed(&self) -> bool {
+        matches!(self.outcome, Outcome::Pass(_))
+    }
 }
 
 fn fail(problem: impl Into<String>, fix: impl Into<String>) -> Outcome {
@@ -647,11 +651,19 @@ pub fn report(checks: &[Check]) -> (String, bool) {
         }
     }
     let failed = checks.iter().filter(|c| c.failed() && c.required).count();
-    let _ = if failed == 0 {
+    // A warning is counted as one, never as passed (issue 43, 48).
+    let warned = checks.len() - failed - checks.iter().filter(|c| c.passed()).count();
+    let _ = if failed == 0 && warned == 0 {
         writeln!(
             out,
             "\nall {} checks passed: this host can run Lazaret",
             checks.len()
+        )
+    } else if failed == 0 {
+        writeln!(
+            out,
+            "\n{} checks passed, {warned} warning(s): this host can run Lazaret; the warnings above say what is missing",
+            checks.len() - warned
         )
     } else {
         writeln!(
@@ -666,6 +678,25 @@ pub fn report(checks: &[Check]) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warning_is_never_counted_as_passed() {
+        let checks = [
+            Check::new("a", true, Outcome::Pass("fine".into())),
+            Check::new(
+                "b",
+                false,
+                Outcome::Warn {
+                    problem: "half".into(),
+                    fix: "more".into(),
+                },
+            ),
+        ];
+        let (out, failed) = report(&checks);
+        assert!(!failed);
+        assert!(out.contains("1 checks passed, 1 warning(s)"), "{out}");
+        assert!(!out.contains("all 2 checks passed"), "{out}");
+    }
 
     #[test]
     fn runsc_dates() {

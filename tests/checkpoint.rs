@@ -166,12 +166,44 @@ fn a_checkpoint_saves_the_running_sandbox_and_it_runs_on() {
         .collect();
     assert_eq!(up.last().unwrap()["data"]["restored"], true, "{up:?}");
 
-    // Pruning: checkpoints younger than the age stay; older ones go, from
-    // a running domain too; the domain stays.
-    let out = d.lazaret_raw(&["domains", "prune", "--older-than", "1h"]);
+    // Pruning (issue 43): checkpoints younger than the age stay; a running
+    // domain's older ones stay too unless asked (`--running`), and a dry
+    // run removes nothing; the domain stays.
+    let out = d.lazaret_raw(&["domains", "prune", "--older-than", "1h", "--force"]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(dir.exists(), "{:?}", text(&out));
-    let out = d.lazaret_raw(&["domains", "prune", "--older-than", "0s"]);
+    let out = d.lazaret_raw(&["domains", "prune", "--older-than", "0s", "--force"]);
+    let (o, e) = text(&out);
+    assert!(
+        o.contains("checkpoint(s) of running domains (--running"),
+        "{o}{e}"
+    );
+    assert!(
+        dir.exists(),
+        "a running domain's checkpoint was pruned: {o}"
+    );
+    let out = d.lazaret_raw(&[
+        "domains",
+        "prune",
+        "--older-than",
+        "0s",
+        "--running",
+        "--dry-run",
+    ]);
+    let (o, e) = text(&out);
+    assert!(
+        o.contains("would remove: checkpoint first of domain"),
+        "{o}{e}"
+    );
+    assert!(dir.exists(), "a dry run removed: {o}");
+    let out = d.lazaret_raw(&[
+        "domains",
+        "prune",
+        "--older-than",
+        "0s",
+        "--running",
+        "--force",
+    ]);
     let (o, e) = text(&out);
     assert!(out.status.success(), "{o}{e}");
     assert!(o.contains("removed checkpoint first of domain"), "{o}");

@@ -268,8 +268,12 @@ fn names_by_name(profile: &'static str, runtime: &str) {
     let (_, why) = net(&d, &["why", "late.lazaret.test"]);
     assert!(why.contains("lazaret net allow"), "{why}");
     // ... and a live deny closes its address at once, before the TTL.
-    let (ok, out) = net(&d, &["deny", "late.lazaret.test"]);
+    let (ok, out) = net(&d, &["deny", "late.lazaret.test", "--verbose"]);
     assert!(ok, "{out}");
+    assert!(
+        out.starts_with("denied late.lazaret.test in domain "),
+        "{out}"
+    );
     assert!(out.contains(&format!("- 10000: to {LATE}/32")), "{out}");
     assert!(
         !out.lines()

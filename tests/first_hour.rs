@@ -205,7 +205,7 @@ fn broken_domains_are_pruned_and_brought_down() {
     for (hash, how) in [
         (
             "a27a27a27a27",
-            vec!["domains", "prune", "--older-than", "30d"],
+            vec!["domains", "prune", "--older-than", "30d", "--force"],
         ),
         ("b27b27b27b27", vec!["down", "--all"]),
     ] {
@@ -775,7 +775,8 @@ fn first_hour_walk_of_a_new_account() {
     let (rc, out) = w.step("lazaret doctor", 60, &[]);
     assert_eq!(rc, 0, "{out}");
     assert!(
-        out.contains("checks passed: this host can run Lazaret"),
+        out.contains("checks passed: this host can run Lazaret")
+            || out.contains("warning(s): this host can run Lazaret"),
         "{out}"
     );
     assert!(!out.contains("FAIL "), "{out}");

@@ -284,7 +284,10 @@ fn domains_prune_removes_old_stopped_domains_and_keeps_unpropagated_clones() {
     assert_eq!(rc["workspace"], ws.to_str().unwrap());
 
     let out = d
-        .cmd_raw(STANDARD_PATH, &["domains", "prune", "--older-than", "7d"])
+        .cmd_raw(
+            STANDARD_PATH,
+            &["domains", "prune", "--older-than", "7d", "--force"],
+        )
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -185,6 +185,12 @@ fn two_clients_at_once_are_both_in_force_and_audited() {
                 let (o, e) = text(&out);
                 assert!(out.status.success(), "net allow {target}: {o}{e}");
                 assert!(o.contains(target), "the answer lacks {target}: {o}");
+                // One line says what changed (issue 43); the table is --verbose's.
+                assert!(
+                    o.lines().count() == 1
+                        && o.starts_with(&format!("allowed {target} in domain ")),
+                    "{o}"
+                );
             });
         }
     });

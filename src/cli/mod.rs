@@ -410,13 +410,25 @@ enum DomainsCommand {
         json: bool,
     },
     /// Delete stopped domains unused for longer than AGE (e.g. 30d, 12h),
-    /// and every domain's checkpoints older than AGE. Never a running
-    /// domain; asks before deleting an isolated clone that holds commits
-    /// the host's `lazaret/agent-*` branch lacks.
+    /// and their checkpoints older than AGE. Lists what it will remove
+    /// and asks first (`--force` does not ask, `--dry-run` only lists).
+    /// Never a running domain, nor its checkpoints unless `--running`;
+    /// asks before deleting an isolated clone that holds commits the
+    /// host's `lazaret/agent-*` branch lacks.
     Prune {
         /// Age since last use: 30d, 12h, 90m.
         #[arg(long, value_name = "AGE")]
         older_than: String,
+        /// List what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Remove without asking (the list is printed first all the same).
+        #[arg(long, short)]
+        force: bool,
+        /// Also the old checkpoints of running domains (left alone
+        /// otherwise: they belong to something in use).
+        #[arg(long)]
+        running: bool,
     },
 }
 
@@ -472,6 +484,9 @@ enum NetCommand {
         /// Also write the rule into ./lazaret.toml's profile.
         #[arg(long)]
         save: bool,
+        /// Also print the whole live table after the change.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// Deny a network or a host name now (and, with --save, in ./lazaret.toml).
     Deny {
@@ -482,6 +497,9 @@ enum NetCommand {
         /// Also write the rule into ./lazaret.toml's profile.
         #[arg(long)]
         save: bool,
+        /// Also print the whole live table after the change.
+        #[arg(long, short)]
+        verbose: bool,
     },
 }
 
@@ -651,10 +669,18 @@ pub fn run() -> Result<ExitCode> {
         Command::Domains(c) => {
             let json = matches!(c, DomainsCommand::List { json: true });
             let prune = match c {
-                DomainsCommand::Prune { older_than } => Some(
-                    crate::domains::parse_age(&older_than)
+                DomainsCommand::Prune {
+                    older_than,
+                    dry_run,
+                    force,
+                    running,
+                } => Some(session::Prune {
+                    age: crate::domains::parse_age(&older_than)
                         .map_err(|e| anyhow::anyhow!("--older-than: {e}"))?,
-                ),
+                    dry_run,
+                    force,
+                    running,
+                }),
                 DomainsCommand::List { .. } => None,
             };
             session::domains(&cli.config, &env, json, prune)

@@ -21,8 +21,12 @@ pub(super) fn net_command(
 ) -> Result<ExitCode> {
     let (d, change) = match cmd {
         NetCommand::Show { domain: d, .. } | NetCommand::Why { domain: d, .. } => (d, None),
-        NetCommand::Allow { cidr, domain, save } => (domain, Some((cidr.clone(), true, *save))),
-        NetCommand::Deny { cidr, domain, save } => (domain, Some((cidr.clone(), false, *save))),
+        NetCommand::Allow {
+            cidr, domain, save, ..
+        } => (domain, Some((cidr.clone(), true, *save))),
+        NetCommand::Deny {
+            cidr, domain, save, ..
+        } => (domain, Some((cidr.clone(), false, *save))),
     };
     let (config, resolved) = resolve(explicit, env, d)?;
     let domain_root = resolved.domain.domain_root(&config.data_root);
@@ -132,7 +136,19 @@ pub(super) fn net_command(
     let nothing = if saving.is_some() { " or saved" } else { "" };
     match answer {
         Ok(PolicyAnswer::Changed(report)) => {
-            print!("{report}");
+            // One line says what changed (issue 43); the table on request.
+            println!(
+                "{} {target} in domain {} ({}): in force now",
+                if allow { "allowed" } else { "denied" },
+                resolved.domain.name(),
+                resolved.domain.hash()
+            );
+            if matches!(
+                cmd,
+                NetCommand::Allow { verbose: true, .. } | NetCommand::Deny { verbose: true, .. }
+            ) {
+                print!("{report}");
+            }
             if let Some(saving) = &saving {
                 saving.save(&target)?;
                 println!(

@@ -718,12 +718,22 @@ fn down_context(
     Ok((config, ctx, rundir))
 }
 
+/// What `lazaret domains prune` was asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct Prune {
+    pub age: Duration,
+    pub dry_run: bool,
+    pub force: bool,
+    /// Also the old checkpoints of running domains.
+    pub running: bool,
+}
+
 /// `lazaret domains list` and `lazaret domains prune --older-than AGE`.
 pub fn domains(
     explicit: &Option<PathBuf>,
     env: &dyn HostEnv,
     json: bool,
-    prune: Option<Duration>,
+    prune: Option<Prune>,
 ) -> Result<ExitCode> {
     use crate::domains::{State, list, remove_root, unpropagated_commit};
     let config = crate::client::Launcher::new(crate::client::Mode::Shell, explicit, env)?.config;
@@ -744,7 +754,7 @@ pub fn domains(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let Some(age) = prune else {
+    let Some(prune) = prune else {
         if json {
             println!("{}", serde_json::to_string_pretty(&entries)?);
             return Ok(ExitCode::SUCCESS);
@@ -775,26 +785,78 @@ pub fn domains(
         }
         return Ok(ExitCode::SUCCESS);
     };
+    let age = prune.age.as_secs();
+    // The plan, said whole before anything goes (podman's prune lists
+    // what it removes; docker's asks).
+    let old_checkpoints: Vec<(&crate::domains::Entry, crate::checkpoint::Checkpoint)> = entries
+        .iter()
+        .filter(|e| prune.running || e.state == State::Stopped)
+        .flat_map(|e| {
+            crate::checkpoint::list(&e.root)
+                .into_iter()
+                .filter(|c| now.saturating_sub(c.created) >= age)
+                .map(move |c| (e, c))
+        })
+        .collect();
+    let old_domains: Vec<&crate::domains::Entry> = entries
+        .iter()
+        .filter(|e| e.state == State::Stopped && now.saturating_sub(e.last_used) >= age)
+        .collect();
+    let failed: Vec<&crate::domains::Entry> = entries
+        .iter()
+        .filter(|e| crate::domains::failed_start(e, &labelled))
+        .collect();
+    let kept_running = entries
+        .iter()
+        .filter(|e| e.state != State::Stopped && !prune.running)
+        .map(|e| crate::checkpoint::list(&e.root).len())
+        .sum::<usize>();
+    let verb = if prune.dry_run {
+        "would remove"
+    } else {
+        "to remove"
+    };
+    for e in &failed {
+        println!("{verb}: {} (a start that failed)", e.hash);
+    }
+    for (e, c) in &old_checkpoints {
+        println!("{verb}: checkpoint {} of domain {}", c.name, e.hash);
+    }
+    for e in &old_domains {
+        println!(
+            "{verb}: domain {} ({}, stopped)",
+            e.hash,
+            crate::engine::limits::show_size(e.size)
+        );
+    }
+    if kept_running > 0 {
+        println!(
+            "kept: {kept_running} checkpoint(s) of running domains (--running removes the old ones too)"
+        );
+    }
+    let planned = failed.len() + old_checkpoints.len() + old_domains.len();
+    if planned == 0 {
+        println!("nothing to prune");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if prune.dry_run {
+        println!("dry run: nothing was removed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !prune.force && !confirm(&format!("remove these {planned}?")) {
+        println!("nothing was removed (--force removes without asking)");
+        return Ok(ExitCode::FAILURE);
+    }
     let mut removed = remove_failed_starts(&entries, &labelled, &rundir, &podman)?;
-    // Checkpoints older than AGE go from every domain, running or not (a
-    // stopped domain's go with it below).
-    for e in &entries {
-        for c in crate::checkpoint::list(&e.root) {
-            if now.saturating_sub(c.created) < age.as_secs() {
-                continue;
-            }
-            let dir = crate::checkpoint::dir(&e.root, &c.name);
-            match crate::checkpoint::remove(&podman, &dir) {
-                Ok(()) => println!("removed checkpoint {} of domain {}", c.name, e.hash),
-                Err(err) => eprintln!("lazaret: {err}"),
-            }
+    for (e, c) in &old_checkpoints {
+        let dir = crate::checkpoint::dir(&e.root, &c.name);
+        match crate::checkpoint::remove(&podman, &dir) {
+            Ok(()) => println!("removed checkpoint {} of domain {}", c.name, e.hash),
+            Err(err) => eprintln!("lazaret: {err}"),
         }
     }
-    for e in entries {
-        if e.state != State::Stopped || now.saturating_sub(e.last_used) < age.as_secs() {
-            continue;
-        }
-        if let Some(commit) = unpropagated_commit(&e) {
+    for e in old_domains {
+        if let Some(commit) = unpropagated_commit(e) {
             let question = format!(
                 "domain {} holds commit {commit} on its agent branch that {} lacks; delete it anyway?",
                 e.hash,
@@ -819,8 +881,8 @@ pub fn domains(
         );
         removed += 1;
     }
-    if removed == 0 {
-        println!("nothing to prune");
+    if removed == 0 && old_checkpoints.is_empty() {
+        println!("nothing was removed");
     }
     Ok(ExitCode::SUCCESS)
 }
