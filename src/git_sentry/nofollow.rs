@@ -119,6 +119,56 @@ pub fn unlink_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
     nix::unistd::unlinkat(dir, name, UnlinkatFlags::NoRemoveDir).map_err(err)
 }
 
+/// Pins the entry `name` in `dir` as it is now, whatever it is (a
+/// symlink is pinned itself, not its target): `O_PATH | O_NOFOLLOW`.
+/// Every change to it goes through this descriptor, so it lands on the
+/// entry that was checked even if the name is swapped meanwhile.
+pub fn pin_at(dir: &impl AsFd, name: &OsStr) -> io::Result<OwnedFd> {
+    openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err)
+}
+
+/// Sets the mode of a pinned entry ([`pin_at`]). `fchmod` does not take an
+/// `O_PATH` descriptor, so the change goes through `/proc/self/fd`, whose
+/// link leads to the pinned inode itself, never to a path looked up
+/// again. A pinned symlink is refused (its mode means nothing, and
+/// following it is what must never happen), as is a non-folder with other
+/// names (a hard link: the change would show under a name outside the
+/// tree that was walked).
+pub fn chmod_pinned(pinned: &impl AsFd, mode: Mode) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let st = fstat(pinned).map_err(err)?;
+    match kind(&st) {
+        SFlag::S_IFLNK => return Err(io::Error::other("it is a symlink")),
+        SFlag::S_IFDIR => {}
+        _ if st.st_nlink > 1 => {
+            return Err(io::Error::other(format!(
+                "it has {} names (hard links), some maybe outside the workspace",
+                st.st_nlink
+            )));
+        }
+        _ => {}
+    }
+    let via = format!("/proc/self/fd/{}", pinned.as_fd().as_raw_fd());
+    nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        via.as_str(),
+        mode,
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .map_err(err)
+}
+
+/// `(st_dev, st_ino)`: whether two looks saw the same entry.
+pub fn inode(st: &FileStat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
 /// What a walk does with a folder it met.
 #[derive(Debug)]
 pub enum Descend {
