@@ -441,6 +441,21 @@ impl Rate {
     }
 }
 
+/// This process's resident memory in bytes (what the screen budget is
+/// there to bound), from `/proc/self/status`.
+pub fn resident_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kb << 10)
+}
+
 /// After a failed `accept` (out of descriptors, say) the pending
 /// connection stays queued, so accepting again at once would spin.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);

@@ -1532,15 +1532,8 @@ mod tests {
         assert!(!dir.path().join("session-..").exists());
     }
 
-    /// This process's resident memory, in bytes.
     fn rss() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kb = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap();
-        kb << 10
+        crate::coordinator::bounds::resident_memory().expect("VmRSS in /proc/self/status")
     }
 
     /// Plays the Session Host as the agent can (it reads the token):
