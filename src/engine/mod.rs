@@ -1251,9 +1251,6 @@ fn record_mountpoints(root: &Path, points: &[PathBuf]) -> Result<(), EngineError
     std::fs::write(&file, text).map_err(io_err(&file))
 }
 
-/// Removes the recorded mount points that are an empty folder or an empty
-/// file (anything else is the user's or the agent's now: kept, and
-/// `lazaret review` reports what the agent made).
 /// What a restore of checkpoint `name` would set back in the user's
 /// repository: the agent's branch (the restored clone's branch is
 /// propagated there) and how many commits it has beyond the checkpoint's
@@ -1284,6 +1281,10 @@ pub fn branch_set_back(
     Ok(crate::git_sentry::commits_beyond(&layout.host, &branch, &saved).map(|n| (branch, n)))
 }
 
+/// Removes the recorded mount points that are an empty folder or an empty
+/// file (anything else is the user's or the agent's now: kept, and
+/// `lazaret review` reports what the agent made), without following a
+/// symlink the agent put on the way.
 fn remove_mountpoints(root: &Path) {
     let file = root.join(crate::git_sentry::MOUNTPOINTS_FILE);
     let Ok(text) = std::fs::read_to_string(&file) else {
@@ -1294,13 +1295,8 @@ fn remove_mountpoints(root: &Path) {
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort_by_key(|l| std::cmp::Reverse(l.len()));
     for line in lines {
-        let p = Path::new(line);
-        let removed = match std::fs::symlink_metadata(p) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir(p).is_ok(),
-            Ok(m) if m.is_file() && m.len() == 0 => std::fs::remove_file(p).is_ok(),
-            Ok(_) => false,
-            Err(_) => true,
-        };
+        let removed =
+            crate::git_sentry::nofollow::remove_if_empty(Path::new(line)).unwrap_or(false);
         if !removed {
             kept.push_str(line);
             kept.push('\n');

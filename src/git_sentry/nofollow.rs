@@ -303,6 +303,37 @@ pub fn chmod_pinned(pinned: &impl AsFd, mode: Mode) -> io::Result<()> {
     .map_err(err)
 }
 
+/// Removes `path` (absolute, Lazaret's own record of a mount point it
+/// made: no symlink in it) if it is an empty folder or an empty file:
+/// every folder on the way is opened without following a symlink, and
+/// what is removed is a name in the last of them, so an agent that swapped
+/// a folder on the way for a symlink cannot lead the removal outside.
+/// `Ok(true)` when it is gone (or was not there).
+pub fn remove_if_empty(path: &Path) -> io::Result<bool> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::other("not a path to an entry"));
+    };
+    let rel = parent
+        .strip_prefix("/")
+        .map_err(|_| io::Error::other("not an absolute path"))?;
+    let dir = match open_dir(Path::new("/"), rel) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let st = match lstat_at(&dir, name) {
+        Ok(st) => st,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let flag = match kind(&st) {
+        SFlag::S_IFDIR => UnlinkatFlags::RemoveDir,
+        SFlag::S_IFREG if st.st_size == 0 => UnlinkatFlags::NoRemoveDir,
+        _ => return Ok(false),
+    };
+    Ok(nix::unistd::unlinkat(&dir, name, flag).is_ok())
+}
+
 /// `(st_dev, st_ino)`: whether two looks saw the same entry.
 pub fn inode(st: &FileStat) -> (u64, u64) {
     (st.st_dev, st.st_ino)
@@ -356,6 +387,28 @@ mod tests {
 
     fn rss() -> u64 {
         crate::coordinator::bounds::resident_memory().expect("VmRSS in /proc/self/status")
+    }
+
+    /// Issue 40: a mount point's folder on the way swapped for a symlink
+    /// to a folder outside: the empty folder there of the same name stays.
+    #[test]
+    fn mount_points_are_removed_only_where_they_were_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(r.join("ws/a/point")).unwrap();
+        std::fs::write(r.join("ws/a/file"), "").unwrap();
+        std::fs::write(r.join("ws/a/full"), "x").unwrap();
+        assert!(remove_if_empty(&r.join("ws/a/point")).unwrap());
+        assert!(remove_if_empty(&r.join("ws/a/file")).unwrap());
+        assert!(!remove_if_empty(&r.join("ws/a/full")).unwrap());
+        assert!(remove_if_empty(&r.join("ws/a/gone")).unwrap());
+        assert!(!r.join("ws/a/point").exists() && !r.join("ws/a/file").exists());
+        std::fs::create_dir_all(r.join("outside/point")).unwrap();
+        std::fs::create_dir(r.join("ws/b")).unwrap();
+        std::fs::remove_dir(r.join("ws/b")).unwrap();
+        std::os::unix::fs::symlink(r.join("outside"), r.join("ws/b")).unwrap();
+        assert!(remove_if_empty(&r.join("ws/b/point")).is_err());
+        assert!(r.join("outside/point").is_dir());
     }
 
     /// Issue 40: a 1 GiB sparse ref, and a packed-refs of one endless

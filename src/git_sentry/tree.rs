@@ -178,16 +178,23 @@ pub fn strip(root: &Path, overlay_upper: bool, baseline: Option<&Snapshot>) -> V
                 traps.push(Trap::Device { path, fixed });
             }
         } else if st.st_mode & 0o6000 != 0 && (kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR) {
-            let mode = Mode::from_bits_truncate(st.st_mode & 0o1777);
+            // The bits come from what was opened (the name may have been
+            // swapped since the look), and are only ever taken away.
+            let strip = |fd: &dyn std::os::fd::AsFd| {
+                nix::sys::stat::fstat(fd).is_ok_and(|now| {
+                    let mode = Mode::from_bits_truncate(now.st_mode & 0o1777);
+                    nix::sys::stat::fchmod(fd, mode).is_ok()
+                })
+            };
             let fixed = if kind == SFlag::S_IFDIR {
                 nofollow::open_dir_at(dir, name)
                     .ok()
-                    .is_some_and(|fd| nix::sys::stat::fchmod(&fd, mode).is_ok())
+                    .is_some_and(|fd| strip(&fd))
             } else {
                 nofollow::open_file_at(dir, name)
                     .ok()
                     .flatten()
-                    .is_some_and(|f| nix::sys::stat::fchmod(&f, mode).is_ok())
+                    .is_some_and(|f| strip(&f))
             };
             traps.push(Trap::Setuid { path, fixed });
         }
