@@ -346,3 +346,32 @@ fn a_sparse_ref_costs_nothing_under_runc() {
 fn a_sparse_ref_costs_nothing_under_runsc() {
     a_sparse_ref_costs_nothing("gv");
 }
+
+/// A set-user-ID file of one of the agent's other ids (a subordinate id
+/// on the host, which the user cannot change) is fixed at `down` by
+/// Lazaret's own walk run in the user's podman namespace (`lazaret
+/// strip-trap`), which follows no symlink, rather than by `chmod` on its
+/// path. Under runsc a bare `podman exec` lands the bit (runc's seccomp
+/// refuses it).
+#[test]
+fn a_set_id_file_of_another_id_is_fixed_at_down_under_runsc() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = Domain::new("gvd");
+    let holder = d.hold_up();
+    let (code, out, err) = d.sh(
+        "cd /workspace && cp /bin/true other-suid && chown 1000:1000 other-suid \
+         && chmod 4755 other-suid && ls -ln other-suid",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = d.ws().join("other-suid");
+    let meta = std::fs::metadata(&file).unwrap();
+    let user = common::test_user().expect("LAZARET_TEST_USER is set");
+    assert_ne!(meta.uid(), user.uid, "owned by a subordinate id: {out}");
+    assert_eq!(meta.permissions().mode() & 0o6000, 0o4000, "the bit landed");
+    let mut holder = holder;
+    let _ = holder.kill();
+    let _ = holder.wait();
+    d.down();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o6000, 0, "the bit is gone after down ({mode:o})");
+}

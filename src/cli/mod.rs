@@ -275,6 +275,14 @@ enum Command {
         /// The container's upper folder to measure.
         dir: PathBuf,
     },
+    /// (internal) Fixes one set-id bit or device node a domain left,
+    /// without following a symlink (`git_sentry::nofollow::strip_trap`),
+    /// run in the user's podman namespace for entries of subordinate ids.
+    #[command(hide = true)]
+    StripTrap {
+        /// The entry, absolute, below one of the domain's folders.
+        path: PathBuf,
+    },
     /// The egress policy of a domain: show the live table, explain a
     /// decision, or change it while the sandbox runs.
     #[command(subcommand)]
@@ -675,6 +683,11 @@ pub fn run() -> Result<ExitCode> {
         Command::LayerUsage { budget, dir } => {
             let usage = crate::engine::layer::measure(&dir, budget)?;
             print_out(&format!("{}\n", crate::engine::layer::format_usage(&usage)))
+        }
+        Command::StripTrap { path } => {
+            crate::git_sentry::nofollow::strip_trap(&path)
+                .with_context(|| format!("cannot fix {}", path.display()))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Net(cmd) => network::net_command(cli.config, &env, &cmd),
         Command::Config(ConfigCommand::Check) => {

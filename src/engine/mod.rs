@@ -1169,18 +1169,22 @@ impl Engine {
     /// domain on the same folder still runs.
     fn clean_host(&self, anchor: &DomainAnchor, root: &Path) -> Result<(), String> {
         let mut left = Vec::new();
+        // Fixed again as root of the user's namespace, by Lazaret itself:
+        // `chmod` and `rm` would follow a symlink another domain on the
+        // same folder put on the way meanwhile.
+        let me = std::env::current_exe().map(|p| p.to_string_lossy().into_owned());
         for t in crate::git_sentry::tree::sanitize_domain(root, anchor.workspace()) {
             if t.fixed() {
                 continue;
             }
             let p = t.path().to_string_lossy().into_owned();
-            let fix = match t {
-                crate::git_sentry::tree::Trap::Setuid { .. } => {
-                    self.podman.run(["unshare", "chmod", "ug-s", "--", &p])
-                }
-                crate::git_sentry::tree::Trap::Device { .. } => {
-                    self.podman.run(["unshare", "rm", "-f", "--", &p])
-                }
+            let fix = match &me {
+                Ok(me) => self
+                    .podman
+                    .run(["unshare", me.as_str(), "strip-trap", "--", &p])
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(format!("cannot find the lazaret program: {e}")),
             };
             if fix.is_err() {
                 left.push(p);

@@ -310,6 +310,21 @@ pub fn chmod_pinned(pinned: &impl AsFd, mode: Mode) -> io::Result<()> {
 /// a folder on the way for a symlink cannot lead the removal outside.
 /// `Ok(true)` when it is gone (or was not there).
 pub fn remove_if_empty(path: &Path) -> io::Result<bool> {
+    let Some((dir, name, st)) = open_parent(path)? else {
+        return Ok(true);
+    };
+    let flag = match kind(&st) {
+        SFlag::S_IFDIR => UnlinkatFlags::RemoveDir,
+        SFlag::S_IFREG if st.st_size == 0 => UnlinkatFlags::NoRemoveDir,
+        _ => return Ok(false),
+    };
+    Ok(nix::unistd::unlinkat(&dir, name, flag).is_ok())
+}
+
+/// The folder holding `path` (absolute, no symlink in it), opened from
+/// `/` without following a symlink at any step, the entry's name in it
+/// and its `lstat`; `None` when the folder or the entry is not there.
+fn open_parent(path: &Path) -> io::Result<Option<(OwnedFd, &OsStr, FileStat)>> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(io::Error::other("not a path to an entry"));
     };
@@ -318,20 +333,43 @@ pub fn remove_if_empty(path: &Path) -> io::Result<bool> {
         .map_err(|_| io::Error::other("not an absolute path"))?;
     let dir = match open_dir(Path::new("/"), rel) {
         Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let st = match lstat_at(&dir, name) {
-        Ok(st) => st,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
-        Err(e) => return Err(e),
+    match lstat_at(&dir, name) {
+        Ok(st) => Ok(Some((dir, name, st))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Takes the set-user-ID and set-group-ID bits off what `fd` holds (the
+/// bits read from it, not from an earlier look at its name).
+pub fn strip_setid(fd: &impl AsFd) -> io::Result<()> {
+    let now = fstat(fd).map_err(err)?;
+    nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(now.st_mode & 0o1777)).map_err(err)
+}
+
+/// Fixes the trap at `path` (absolute, below a folder of the domain's:
+/// no symlink in it) that the walk found and could not fix itself (an
+/// entry of a subordinate id): run as root of the user's podman namespace
+/// (`podman unshare lazaret strip-trap PATH`). The folder is opened
+/// without following a symlink at any step; a device node is unlinked by
+/// its name there; set-id bits are taken off through a descriptor of what
+/// was opened there. A symlink or anything else is left alone.
+pub fn strip_trap(path: &Path) -> io::Result<()> {
+    let Some((dir, name, st)) = open_parent(path)? else {
+        return Ok(());
     };
-    let flag = match kind(&st) {
-        SFlag::S_IFDIR => UnlinkatFlags::RemoveDir,
-        SFlag::S_IFREG if st.st_size == 0 => UnlinkatFlags::NoRemoveDir,
-        _ => return Ok(false),
-    };
-    Ok(nix::unistd::unlinkat(&dir, name, flag).is_ok())
+    match kind(&st) {
+        SFlag::S_IFCHR | SFlag::S_IFBLK => unlink_at(&dir, name),
+        SFlag::S_IFDIR => strip_setid(&open_dir_at(&dir, name)?),
+        SFlag::S_IFREG => match open_file_at(&dir, name)? {
+            Some(f) => strip_setid(&f),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// `(st_dev, st_ino)`: whether two looks saw the same entry.
@@ -409,6 +447,29 @@ mod tests {
         std::os::unix::fs::symlink(r.join("outside"), r.join("ws/b")).unwrap();
         assert!(remove_if_empty(&r.join("ws/b/point")).is_err());
         assert!(r.join("outside/point").is_dir());
+    }
+
+    /// A trap's fix follows no symlink: set-id bits come off the file
+    /// itself, and a folder on the way swapped for a symlink is refused.
+    #[test]
+    fn traps_are_fixed_where_they_were_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path().canonicalize().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        std::fs::create_dir_all(r.join("ws/a")).unwrap();
+        std::fs::create_dir_all(r.join("outside")).unwrap();
+        for f in ["ws/a/s", "outside/s"] {
+            std::fs::write(r.join(f), "").unwrap();
+            std::fs::set_permissions(r.join(f), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        }
+        strip_trap(&r.join("ws/a/s")).unwrap();
+        assert_eq!(mode(&r.join("ws/a/s")), 0o755);
+        std::os::unix::fs::symlink(r.join("outside"), r.join("ws/b")).unwrap();
+        assert!(strip_trap(&r.join("ws/b/s")).is_err());
+        std::os::unix::fs::symlink(r.join("outside/s"), r.join("ws/a/l")).unwrap();
+        strip_trap(&r.join("ws/a/l")).unwrap();
+        assert_eq!(mode(&r.join("outside/s")), 0o4755);
     }
 
     /// Issue 40: a 1 GiB sparse ref, and a packed-refs of one endless

@@ -13,7 +13,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use nix::sys::stat::{Mode, SFlag};
+use nix::sys::stat::SFlag;
 
 use super::nofollow::{self, Descend};
 
@@ -180,21 +180,15 @@ pub fn strip(root: &Path, overlay_upper: bool, baseline: Option<&Snapshot>) -> V
         } else if st.st_mode & 0o6000 != 0 && (kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR) {
             // The bits come from what was opened (the name may have been
             // swapped since the look), and are only ever taken away.
-            let strip = |fd: &dyn std::os::fd::AsFd| {
-                nix::sys::stat::fstat(fd).is_ok_and(|now| {
-                    let mode = Mode::from_bits_truncate(now.st_mode & 0o1777);
-                    nix::sys::stat::fchmod(fd, mode).is_ok()
-                })
-            };
             let fixed = if kind == SFlag::S_IFDIR {
                 nofollow::open_dir_at(dir, name)
                     .ok()
-                    .is_some_and(|fd| strip(&fd))
+                    .is_some_and(|fd| nofollow::strip_setid(&fd).is_ok())
             } else {
                 nofollow::open_file_at(dir, name)
                     .ok()
                     .flatten()
-                    .is_some_and(|f| strip(&f))
+                    .is_some_and(|f| nofollow::strip_setid(&f).is_ok())
             };
             traps.push(Trap::Setuid { path, fixed });
         }
