@@ -298,10 +298,15 @@ fn the_quarantine_is_not_led_outside_under_runsc() {
 /// The agent makes its branch ref a 1 GiB sparse file: the coordinator,
 /// which reads it to propagate the branch, and `lazaret domains`, which
 /// reads it to tell whether deleting the clone would lose commits, read
-/// none of it, and say why.
+/// none of it, and say why. Under runsc a checkpoint of it is taken, and
+/// its restore is refused with the reason, then restores with `--force`.
 fn a_sparse_ref_costs_nothing(profile: &'static str) {
     let d = Domain::new(profile);
-    let holder = d.hold_up();
+    common::git_repo(&d.ws());
+    // A hosted session holds the domain up (a checkpoint refuses while a
+    // plain one runs).
+    let t = d.tmux(100, 30, &format!("attach --new -p {profile}"), None);
+    t.wait_for(120, "the hosted session's prompt", |s| s.contains("root@"));
     let pid = coordinator_pid(&d);
     let before = rss_of(pid);
     let (code, out, err) = d.sh(
@@ -310,9 +315,17 @@ fn a_sparse_ref_costs_nothing(profile: &'static str) {
     );
     assert_eq!(code, 0, "the attack itself failed: {out}{err}");
     // Propagation follows a change of the ref within moments.
-    std::thread::sleep(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !coordinator_log(&d).contains("larger than the 512 bytes") {
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator did not say why it did not propagate the branch:\n{}",
+            coordinator_log(&d)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let after = rss_of(pid);
-    let out = d.lazaret_raw(&["domains"]);
+    let out = d.lazaret_raw(&["domains", "list"]);
     let (o, e) = text(&out);
     eprintln!(
         "{profile}: coordinator RSS {} -> {} MiB; lazaret domains: {o}{e}",
@@ -326,14 +339,27 @@ fn a_sparse_ref_costs_nothing(profile: &'static str) {
         before >> 20,
         after >> 20
     );
-    assert!(
-        coordinator_log(&d).contains("larger than the 512 bytes"),
-        "the coordinator said why it did not propagate the branch:\n{}",
-        coordinator_log(&d)
-    );
-    let mut holder = holder;
-    let _ = holder.kill();
-    let _ = holder.wait();
+    if profile == "gv" {
+        let out = d.lazaret(&["checkpoint", "--name", "sparse"]);
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "{o}{e}");
+        let out = d.lazaret_raw(&["restore", "sparse", "-p", profile]);
+        let (o, e) = text(&out);
+        eprintln!("{profile}: restore: {o}{e}");
+        assert!(!out.status.success(), "{o}{e}");
+        assert!(
+            e.contains("cannot tell what restoring checkpoint sparse would set back")
+                && e.contains("larger than the 512 bytes")
+                && e.contains("--force"),
+            "{e}"
+        );
+        let out = d.lazaret_raw(&["restore", "sparse", "-p", profile, "--force"]);
+        let (o, e) = text(&out);
+        eprintln!("{profile}: restore --force: {o}{e}");
+        assert!(out.status.success(), "{o}{e}");
+        assert!(o.contains("is checkpoint sparse again"), "{o}");
+    }
+    drop(t);
     d.down();
 }
 
@@ -343,7 +369,7 @@ fn a_sparse_ref_costs_nothing_under_runc() {
 }
 
 #[test]
-fn a_sparse_ref_costs_nothing_under_runsc() {
+fn a_sparse_ref_costs_nothing_and_its_checkpoint_restores_under_runsc() {
     a_sparse_ref_costs_nothing("gv");
 }
 

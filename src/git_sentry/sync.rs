@@ -31,8 +31,14 @@ pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitErr
     let (root, rel) = split_gitdir(gitdir);
     let bad = |what: String| move |e: std::io::Error| GitError::BadRef(format!("{what}: {e}"));
     let loose = rel.join("refs/heads").join(branch);
+    let unread = |what: String| {
+        move |e: nofollow::ReadError| match e {
+            nofollow::ReadError::Io(e) => bad(what)(e),
+            e => GitError::Unreadable(format!("{what}: {e}")),
+        }
+    };
     if let Some(bytes) = nofollow::read(root, &loose, nofollow::REF)
-        .map_err(|e| bad(format!("refs/heads/{branch}"))(e.into()))?
+        .map_err(unread(format!("refs/heads/{branch}")))?
     {
         return check_oid(String::from_utf8_lossy(&bytes).trim()).map(Some);
     }
@@ -43,7 +49,7 @@ pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitErr
             let (oid, name) = line.split_once(' ')?;
             (name == want).then(|| oid.to_string())
         })
-        .map_err(|e| bad("packed-refs".into())(e.into()))?;
+        .map_err(unread("packed-refs".into()))?;
     found.map(|oid| check_oid(&oid)).transpose()
 }
 
