@@ -802,10 +802,16 @@ impl Hosted {
                     let mut state = self.state.lock().expect("lock");
                     if let Some(s) = state.sessions.get_mut(&frame.session) {
                         s.parser.process(&frame.payload);
-                        s.broadcast(&CoordMsg::Output {
-                            session: frame.session,
-                            data: encode(&frame.payload),
-                        });
+                        // A message holds at most what the real host reads
+                        // at once: a viewer's queue, bounded in messages,
+                        // is then bounded in bytes too (some 43 MiB),
+                        // whatever frames an impersonated host sends.
+                        for piece in frame.payload.chunks(wire::CHUNK) {
+                            s.broadcast(&CoordMsg::Output {
+                                session: frame.session,
+                                data: encode(piece),
+                            });
+                        }
                     }
                 }
                 kind::LIVE => {
