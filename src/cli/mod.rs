@@ -283,6 +283,15 @@ enum Command {
         /// The entry, absolute, below one of the domain's folders.
         path: PathBuf,
     },
+    /// (internal) Gives the user back what the agent left in a folder
+    /// owned by its other ids, without following a symlink
+    /// (`git_sentry::nofollow::reclaim`), run in the user's podman
+    /// namespace.
+    #[command(hide = true)]
+    Reclaim {
+        /// The folder (the direct-mode workspace).
+        dir: PathBuf,
+    },
     /// The egress policy of a domain: show the live table, explain a
     /// decision, or change it while the sandbox runs.
     #[command(subcommand)]
@@ -683,6 +692,11 @@ pub fn run() -> Result<ExitCode> {
         Command::LayerUsage { budget, dir } => {
             let usage = crate::engine::layer::measure(&dir, budget)?;
             print_out(&format!("{}\n", crate::engine::layer::format_usage(&usage)))
+        }
+        Command::Reclaim { dir } => {
+            crate::git_sentry::nofollow::reclaim(&dir)
+                .with_context(|| format!("cannot give back what is in {}", dir.display()))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::StripTrap { path } => {
             crate::git_sentry::nofollow::strip_trap(&path)

@@ -372,6 +372,54 @@ pub fn strip_trap(path: &Path) -> io::Result<()> {
     }
 }
 
+/// The owner [`reclaim`] leaves alone besides the user: another host
+/// user's entry, which the user's namespace shows as the overflow id.
+const OVERFLOW_ID: u32 = 65534;
+
+/// Gives the user back what the agent left below `root` owned by its
+/// other ids, run as root of the user's podman namespace (`podman unshare
+/// lazaret reclaim DIR`), where the user is id 0: every entry owned by
+/// neither 0 nor the overflow id is made 0:0 with `fchownat(...,
+/// AT_SYMLINK_NOFOLLOW)` on its name in a folder opened without following
+/// a symlink (a symlink itself, never its target), and a folder among
+/// them gets the user's rwx through a descriptor of it. No other file
+/// system is entered. Returns how many entries were changed.
+pub fn reclaim(root: &Path) -> io::Result<u64> {
+    let root_dev = nix::sys::stat::stat(root).map_err(err)?.st_dev;
+    let mut changed = 0;
+    walk(root, &mut |_, st, dir, name| {
+        if st.st_dev != root_dev {
+            return Descend::No;
+        }
+        if st.st_uid == 0 || st.st_uid == OVERFLOW_ID {
+            return Descend::Yes;
+        }
+        let root_id = Some(nix::unistd::Uid::from_raw(0));
+        let root_gid = Some(nix::unistd::Gid::from_raw(0));
+        let done = if kind(st) == SFlag::S_IFDIR {
+            open_dir_at(dir, name).is_ok_and(|fd| {
+                let rwx = fstat(&fd).is_ok_and(|now| {
+                    let mode = Mode::from_bits_truncate((now.st_mode & 0o7777) | 0o700);
+                    nix::sys::stat::fchmod(&fd, mode).is_ok()
+                });
+                rwx && nix::unistd::fchown(&fd, root_id, root_gid).is_ok()
+            })
+        } else {
+            nix::unistd::fchownat(
+                dir,
+                name,
+                root_id,
+                root_gid,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .is_ok()
+        };
+        changed += u64::from(done);
+        Descend::Yes
+    })?;
+    Ok(changed)
+}
+
 /// `(st_dev, st_ino)`: whether two looks saw the same entry.
 pub fn inode(st: &FileStat) -> (u64, u64) {
     (st.st_dev, st.st_ino)
