@@ -112,17 +112,25 @@ pub fn restore(
     let chosen = find(&resolved, &root, name)?;
     // The agent's branch in the user's repository follows the restored
     // clone: commits it gained since the checkpoint would leave it.
-    if let Some((branch, n)) = crate::engine::branch_set_back(
+    // The checkpoint's copy of the branch is the agent's file: one that
+    // cannot be read (too large, say) leaves the question open, which
+    // --force answers like the other.
+    match crate::engine::branch_set_back(
         &engine.data_root,
         &resolved.domain,
         resolved.profile.workspace_mode,
         &chosen.name,
-    )? && !force
-    {
-        bail!(
+    ) {
+        _ if force => {}
+        Ok(Some((branch, n))) => bail!(
             "restoring checkpoint {name} sets branch {branch} in {} back by {n} commit(s) the agent made since (your repository's reflog keeps them); restore anyway with --force, or keep them first (e.g. `git branch keep {branch}`)",
             resolved.domain.workspace().display()
-        );
+        ),
+        Ok(None) => {}
+        Err(e) => bail!(
+            "cannot tell what restoring checkpoint {name} would set back in {}: {e}; restore anyway with --force (the agent's branch there then follows the restored clone)",
+            resolved.domain.workspace().display()
+        ),
     }
     let (profile, workspace) = (d.profile(), d.workspace.as_deref());
     let (_, ctx, _) = crate::client::context(explicit, env, profile, workspace)?;

@@ -275,6 +275,23 @@ enum Command {
         /// The container's upper folder to measure.
         dir: PathBuf,
     },
+    /// (internal) Fixes one set-id bit or device node a domain left,
+    /// without following a symlink (`git_sentry::nofollow::strip_trap`),
+    /// run in the user's podman namespace for entries of subordinate ids.
+    #[command(hide = true)]
+    StripTrap {
+        /// The entry, absolute, below one of the domain's folders.
+        path: PathBuf,
+    },
+    /// (internal) Gives the user back what the agent left in a folder
+    /// owned by its other ids, without following a symlink
+    /// (`git_sentry::nofollow::reclaim`), run in the user's podman
+    /// namespace.
+    #[command(hide = true)]
+    Reclaim {
+        /// The folder (the direct-mode workspace).
+        dir: PathBuf,
+    },
     /// The egress policy of a domain: show the live table, explain a
     /// decision, or change it while the sandbox runs.
     #[command(subcommand)]
@@ -701,6 +718,16 @@ pub fn run() -> Result<ExitCode> {
         Command::LayerUsage { budget, dir } => {
             let usage = crate::engine::layer::measure(&dir, budget)?;
             print_out(&format!("{}\n", crate::engine::layer::format_usage(&usage)))
+        }
+        Command::Reclaim { dir } => {
+            crate::git_sentry::nofollow::reclaim(&dir)
+                .with_context(|| format!("cannot give back what is in {}", dir.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::StripTrap { path } => {
+            crate::git_sentry::nofollow::strip_trap(&path)
+                .with_context(|| format!("cannot fix {}", path.display()))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Net(cmd) => network::net_command(cli.config, &env, &cmd),
         Command::Config(ConfigCommand::Check) => {

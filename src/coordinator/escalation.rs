@@ -1179,18 +1179,7 @@ impl Drop for PendingSlot<'_> {
 /// `text` whole when at most `max` bytes, else its SHA-256, length and
 /// the first `max` bytes (cut at a character boundary).
 pub fn bounded(text: &str, max: usize) -> serde_json::Value {
-    if text.len() <= max {
-        return serde_json::Value::String(text.to_string());
-    }
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    serde_json::json!({
-        "sha256": sha256(text.as_bytes()),
-        "bytes": text.len(),
-        "preview": &text[..cut],
-    })
+    super::bounded::text(text, max)
 }
 
 fn describe(d: &Decision) -> serde_json::Value {

@@ -29,8 +29,10 @@ use super::anchor::{CredentialFile, SessionAnchor};
 use super::escalation::{Prompt, ToHuman};
 use super::protocol::CoordMsg;
 
-/// Rows of scrollback kept per session, besides its screen.
-pub const SCROLLBACK_ROWS: usize = 2_000;
+/// Rows of scrollback kept per session (fewer when the domain's screen
+/// budget is short), besides its screen.
+pub use super::bounds::SCROLLBACK_ROWS;
+use super::bounds::{Rate, ScreenBudget, Sized, clamp_size};
 /// Ended sessions whose last screen is kept.
 const KEPT_ENDED: usize = 8;
 /// Messages queued for one client before it is counted as lagging: it
@@ -56,6 +58,19 @@ const GREET_DEADLINE: Duration = Duration::from_secs(5);
 /// Connection numbers of hosted sessions in the coordinator's session
 /// table start here (client connections count up from 1).
 pub const CONN_BASE: u64 = 1 << 48;
+/// Sessions a Session Host may announce (LIVE) and have adopted at once:
+/// a host that comes back to a new coordinator announces all it runs.
+const ADOPT_BURST: u32 = wire::MAX_SESSIONS as u32;
+/// Then one more adoption per this long: the agent can play the host and
+/// announce sessions over and over (each costs audit records).
+const ADOPT_EVERY: Duration = Duration::from_secs(30);
+/// What an announced session's command line may hold, in all (it is shown
+/// in `lazaret sessions` and audited).
+pub const ANNOUNCED_ARGV_BYTES: usize = 4096;
+/// Its words at the most.
+pub const ANNOUNCED_ARGV_WORDS: usize = 64;
+/// What a Session Host's refusal to start a session may say.
+const SPAWN_FAILED_BYTES: usize = 1024;
 
 /// Base64 for the bytes a JSON frame carries.
 pub fn encode(bytes: &[u8]) -> String {
@@ -240,6 +255,61 @@ struct State {
     /// The host was asked to let go of its connection for a checkpoint:
     /// its sessions run on, and no other host is started meanwhile.
     held: bool,
+    /// What the sessions' screens may hold in memory, all together.
+    screens: ScreenBudget,
+}
+
+impl State {
+    /// A screen for session `id` at (about) `rows` x `cols`: the size
+    /// clamped and charged to the domain's budget, with the scrollback
+    /// that fits. Every screen is made here.
+    fn new_screen(
+        &mut self,
+        id: u32,
+        rows: u16,
+        cols: u16,
+    ) -> Result<(Sized, vt100::Parser), String> {
+        let sized = self
+            .screens
+            .admit(id, rows, cols)
+            .map_err(|e| e.to_string())?;
+        let parser = vt100::Parser::new(nonzero(sized.rows), nonzero(sized.cols), sized.scrollback);
+        Ok((sized, parser))
+    }
+
+    /// Session `id` goes, and its screen's charge with it.
+    fn remove(&mut self, id: u32) -> Option<Session> {
+        self.screens.release(id);
+        self.sessions.remove(&id)
+    }
+}
+
+/// `argv` as announced by the Session Host (the agent's to forge), cut
+/// to [`ANNOUNCED_ARGV_WORDS`] words and [`ANNOUNCED_ARGV_BYTES`] bytes,
+/// with a last word saying how much was cut.
+pub fn bound_argv(argv: Vec<String>) -> Vec<String> {
+    let total: usize = argv.iter().map(String::len).sum();
+    if argv.len() <= ANNOUNCED_ARGV_WORDS && total <= ANNOUNCED_ARGV_BYTES {
+        return argv;
+    }
+    let (words, mut left) = (argv.len(), ANNOUNCED_ARGV_BYTES);
+    let mut out = Vec::new();
+    for mut word in argv.into_iter().take(ANNOUNCED_ARGV_WORDS - 1) {
+        if left == 0 {
+            break;
+        }
+        if word.len() > left {
+            let mut cut = left;
+            while !word.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            word.truncate(cut);
+        }
+        left -= word.len();
+        out.push(word);
+    }
+    out.push(format!("[cut: {words} words, {total} bytes announced]"));
+    out
 }
 
 /// What a spare session runs, and at which size it was made.
@@ -292,6 +362,10 @@ pub enum HostEvent {
     /// A session that outlived the coordinator before this one, adopted
     /// from the Session Host when it came back.
     Adopted(Box<Started>),
+    /// Something the Session Host announced was over a bound and refused
+    /// (for the log and the audit log; at most once per report interval
+    /// for what recurs).
+    Refused(String),
 }
 
 /// The domain's hosted sessions and its link to the Session Host.
@@ -320,6 +394,8 @@ pub struct Hosted {
     changes: watch::Sender<u64>,
     /// Told when a held host has let go of its connection.
     released: tokio::sync::Notify,
+    /// How often announced sessions are adopted.
+    adoptions: Mutex<Rate>,
 }
 
 /// Connections to the host socket that have not greeted yet, oldest
@@ -372,6 +448,11 @@ impl Hosted {
             taken: std::sync::OnceLock::new(),
             changes,
             released: tokio::sync::Notify::new(),
+            adoptions: Mutex::new(Rate::new(
+                "sessions announced by the Session Host",
+                ADOPT_BURST,
+                ADOPT_EVERY,
+            )),
         });
         tokio::spawn(hosted.clone().accept(listener));
         Ok((hosted, events_rx))
@@ -559,6 +640,17 @@ impl Hosted {
         if self.taken.get().is_some_and(|taken| taken(&session_id)) {
             return;
         }
+        let allowed = {
+            let mut rate = self.adoptions.lock().expect("lock");
+            let allowed = rate.allow();
+            if let Some(report) = rate.report() {
+                let _ = self.events.send(HostEvent::Refused(report));
+            }
+            allowed
+        };
+        if !allowed {
+            return;
+        }
         let anchor = match SessionAnchor::with_id(session_id.clone()) {
             Ok(a) => a,
             Err(_) => return,
@@ -567,17 +659,27 @@ impl Hosted {
             return;
         };
         let key = anchor.public_key();
-        let (rows, cols) = (live.rows.max(1), live.cols.max(1));
-        let info = HostedInfo::running(id, "adopted".into(), live.argv, rows, cols);
-        {
+        let info = {
             let mut state = self.state.lock().expect("lock");
+            let (sized, parser) = match state.new_screen(id, live.rows, live.cols) {
+                Ok(made) => made,
+                Err(why) => {
+                    drop(state);
+                    let _ = self.events.send(HostEvent::Refused(format!(
+                        "session {id} announced by the Session Host was not adopted: {why}"
+                    )));
+                    return;
+                }
+            };
+            let argv = bound_argv(live.argv);
+            let info = HostedInfo::running(id, "adopted".into(), argv, sized.rows, sized.cols);
             state.next_id = state.next_id.max(id);
             state.sessions.insert(
                 id,
                 Session {
                     info: info.clone(),
                     session_id: session_id.clone(),
-                    parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
+                    parser,
                     viewers: BTreeMap::new(),
                     prompts: Vec::new(),
                     credential: Some(credential),
@@ -585,7 +687,8 @@ impl Hosted {
                     spare: false,
                 },
             );
-        }
+            info
+        };
         let (human, inbox) = mpsc::unbounded_channel();
         self.spawn_inbox(id, inbox);
         let _ = self.events.send(HostEvent::Adopted(Box::new(Started {
@@ -699,10 +802,16 @@ impl Hosted {
                     let mut state = self.state.lock().expect("lock");
                     if let Some(s) = state.sessions.get_mut(&frame.session) {
                         s.parser.process(&frame.payload);
-                        s.broadcast(&CoordMsg::Output {
-                            session: frame.session,
-                            data: encode(&frame.payload),
-                        });
+                        // A message holds at most what the real host reads
+                        // at once: a viewer's queue, bounded in messages,
+                        // is then bounded in bytes too (some 43 MiB),
+                        // whatever frames an impersonated host sends.
+                        for piece in frame.payload.chunks(wire::CHUNK) {
+                            s.broadcast(&CoordMsg::Output {
+                                session: frame.session,
+                                data: encode(piece),
+                            });
+                        }
                     }
                 }
                 kind::LIVE => {
@@ -744,7 +853,7 @@ impl Hosted {
                     } else {
                         Err(
                             lazaret_widgets::visible::make_visible(&String::from_utf8_lossy(
-                                &frame.payload,
+                                &frame.payload[..frame.payload.len().min(SPAWN_FAILED_BYTES)],
                             ))
                             .0,
                         )
@@ -766,6 +875,10 @@ impl Hosted {
 
     /// The host's connection ended: every session it held has ended too.
     fn host_gone(&self, generation: u64) {
+        // What the host announced over its rate is told in full as it goes.
+        if let Some(report) = self.adoptions.lock().expect("lock").flush() {
+            let _ = self.events.send(HostEvent::Refused(report));
+        }
         let ids: Vec<u32> = {
             let mut state = self.state.lock().expect("lock");
             if state.generation != generation {
@@ -802,7 +915,7 @@ impl Hosted {
             }
             if s.spare {
                 // Nobody saw it: it goes without a trace.
-                state.sessions.remove(&id);
+                state.remove(id);
                 if state.spare.as_ref().is_some_and(|s| s.id == id) {
                     state.spare = None;
                 }
@@ -831,7 +944,7 @@ impl Hosted {
                 .map(|s| s.info.id)
                 .collect();
             for old in gone.iter().take(gone.len().saturating_sub(KEPT_ENDED)) {
-                state.sessions.remove(old);
+                state.remove(*old);
             }
             ended
         };
@@ -912,11 +1025,12 @@ impl Hosted {
             return Err("no command to run".into());
         }
         self.link().await?;
+        let (rows, cols) = clamp_size(new.rows, new.cols);
         let like = SpareOf {
             argv: new.argv.clone(),
             term: new.term.clone(),
-            rows: new.rows.max(1),
-            cols: new.cols.max(1),
+            rows,
+            cols,
         };
         let claimed = if new.warm {
             self.claim(&new, conn, attachments)
@@ -964,18 +1078,19 @@ impl Hosted {
         let credential = anchor
             .publish_credential(&self.certs_dir)
             .map_err(|e| format!("{e:#}"))?;
-        let (rows, cols) = (like.rows, like.cols);
         let (spawned_tx, spawned_rx) = oneshot::channel();
-        let id = {
+        let (id, rows, cols) = {
             let mut state = self.state.lock().expect("lock");
-            state.next_id += 1;
-            let id = state.next_id;
+            let id = state.next_id + 1;
+            let (sized, parser) = state.new_screen(id, like.rows, like.cols)?;
+            let (rows, cols) = (sized.rows, sized.cols);
+            state.next_id = id;
             state.sessions.insert(
                 id,
                 Session {
                     info: HostedInfo::running(id, purpose.into(), like.argv.clone(), rows, cols),
                     session_id: anchor.id.clone(),
-                    parser: vt100::Parser::new(nonzero(rows), nonzero(cols), SCROLLBACK_ROWS),
+                    parser,
                     viewers,
                     prompts: Vec::new(),
                     credential: Some(credential),
@@ -984,7 +1099,7 @@ impl Hosted {
                 },
             );
             state.spawns.insert(id, spawned_tx);
-            id
+            (id, rows, cols)
         };
         let env = vec![
             (
@@ -1017,7 +1132,7 @@ impl Hosted {
             Err(_) => Err("the Session Host went away".into()),
         };
         if let Err(why) = answer {
-            self.state.lock().expect("lock").sessions.remove(&id);
+            self.state.lock().expect("lock").remove(id);
             return Err(format!("the session could not start: {why}"));
         }
         Ok((id, anchor))
@@ -1075,7 +1190,13 @@ impl Hosted {
         if s.info.exited.is_some() {
             return None;
         }
-        let (rows, cols) = (new.rows.max(1), new.cols.max(1));
+        // Sized like any resize: what the budget refuses keeps the size
+        // the spare was made at.
+        let (rows, cols) = state
+            .screens
+            .resize(spare.id, new.rows, new.cols)
+            .unwrap_or((spare.like.rows, spare.like.cols));
+        let s = state.sessions.get_mut(&spare.id)?;
         s.spare = false;
         // What its foreground was is told once: it stays (same command).
         let busy = s.info.busy;
@@ -1207,10 +1328,16 @@ impl Hosted {
     /// The session's size, set by the client that last resized it; the
     /// others get the screen redrawn at that size.
     pub fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), String> {
-        let (rows, cols) = (rows.max(1), cols.max(1));
         let link = self.running_link(id)?;
-        {
+        let (rows, cols) = {
             let mut state = self.state.lock().expect("lock");
+            if !state.sessions.contains_key(&id) {
+                return Err("no such session".into());
+            }
+            let (rows, cols) = state
+                .screens
+                .resize(id, rows, cols)
+                .map_err(|e| e.to_string())?;
             let s = state.sessions.get_mut(&id).ok_or("no such session")?;
             if (s.info.rows, s.info.cols) == (rows, cols) {
                 return Ok(());
@@ -1224,7 +1351,8 @@ impl Hosted {
                     v.send(screen.clone());
                 }
             }
-        }
+            (rows, cols)
+        };
         let mut size = rows.to_be_bytes().to_vec();
         size.extend_from_slice(&cols.to_be_bytes());
         to_host(&link, Frame::new(kind::RESIZE, id, size))
@@ -1408,6 +1536,128 @@ mod tests {
         );
         assert!(!dir.path().join("escaped.cred").exists());
         assert!(!dir.path().join("session-..").exists());
+    }
+
+    fn rss() -> u64 {
+        crate::coordinator::bounds::resident_memory().expect("VmRSS in /proc/self/status")
+    }
+
+    /// Plays the Session Host as the agent can (it reads the token):
+    /// greets, then announces sessions `1..=count` at `rows` x `cols` with
+    /// a 200 KiB command line, ending each at once when `end`. Returns the
+    /// sessions adopted and the refusals told.
+    async fn impersonate(
+        hosted: &Hosted,
+        events: &mut mpsc::UnboundedReceiver<HostEvent>,
+        count: u32,
+        (rows, cols): (u16, u16),
+        end: bool,
+    ) -> (Vec<HostedInfo>, Vec<String>) {
+        let mut host = tokio::net::UnixStream::connect(hosted.socket.clone())
+            .await
+            .unwrap();
+        host.write_all(&Frame::new(kind::HELLO, 0, b"tok".to_vec()).encode())
+            .await
+            .unwrap();
+        for id in 1..=count {
+            let live = serde_json::to_vec(&wire::Live {
+                argv: vec!["A".repeat(200 << 10), "B".into()],
+                session_id: Some(uuid::Uuid::new_v4().to_string()),
+                rows,
+                cols,
+                pid: 7,
+            })
+            .unwrap();
+            host.write_all(&Frame::new(kind::LIVE, id, live).encode())
+                .await
+                .unwrap();
+            if end {
+                let code = 0i32.to_be_bytes();
+                host.write_all(&Frame::new(kind::EXITED, id, code).encode())
+                    .await
+                    .unwrap();
+            }
+        }
+        let (mut adopted, mut refused) = (Vec::new(), Vec::new());
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(3), events.recv()).await {
+            match e {
+                HostEvent::Adopted(s) => adopted.push(s.info),
+                HostEvent::Refused(m) => refused.push(m),
+                HostEvent::Ended { .. } => {}
+            }
+        }
+        for info in &adopted {
+            let bytes: usize = info.argv.iter().map(String::len).sum();
+            assert!(
+                bytes <= ANNOUNCED_ARGV_BYTES + 64,
+                "{bytes} bytes of argv kept"
+            );
+            assert!(info.rows <= super::super::bounds::MAX_ROWS);
+            assert!(info.cols <= super::super::bounds::MAX_COLS);
+        }
+        (adopted, refused)
+    }
+
+    /// Issue 40: an impersonated host announces 64 sessions at
+    /// 65535x65535. Each is clamped and charged to the domain's screen
+    /// budget; those over it are refused, and the refusal is told. The
+    /// coordinator's memory stays within the budget.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_impersonated_host_cannot_size_the_coordinators_memory() {
+        let (_dir, _certs, (hosted, mut events)) = open_with_token("tok");
+        hosted.set_taken(Box::new(|_: &str| false));
+        let before = rss();
+        let (adopted, refused) =
+            impersonate(&hosted, &mut events, 64, (u16::MAX, u16::MAX), false).await;
+        let used = hosted.state.lock().unwrap().screens.used();
+        let grown = rss().saturating_sub(before);
+        eprintln!(
+            "adopted {} of 64 at 65535x65535; screens charged {} MiB; RSS grew {} MiB",
+            adopted.len(),
+            used >> 20,
+            grown >> 20
+        );
+        assert!(used <= super::super::bounds::SCREEN_BUDGET);
+        assert!(adopted.len() >= 2, "the budget holds two such screens");
+        assert!(adopted.len() < 64);
+        assert!(
+            refused.iter().any(|m| m.contains("screen memory")),
+            "the refusal was told: {refused:?}"
+        );
+        // Within the budget, with slack for what other tests hold.
+        assert!(
+            grown < super::super::bounds::SCREEN_BUDGET + (128 << 20),
+            "RSS grew {} MiB",
+            grown >> 20
+        );
+    }
+
+    /// Issue 40: announce-and-exit, over and over (each adoption costs
+    /// audit records): adoptions stop at their burst, and the refusal is
+    /// told once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn announcements_are_rate_limited() {
+        let (_dir, _certs, (hosted, mut events)) = open_with_token("tok");
+        hosted.set_taken(Box::new(|_: &str| false));
+        let (adopted, refused) = impersonate(&hosted, &mut events, 300, (24, 80), true).await;
+        assert_eq!(adopted.len(), ADOPT_BURST as usize);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("1 sessions announced by the Session Host refused"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn announced_command_lines_are_cut() {
+        let short = vec!["/bin/sh".to_string(), "-l".to_string()];
+        assert_eq!(bound_argv(short.clone()), short);
+        let long = bound_argv(vec!["x".repeat(1 << 20), "y".into()]);
+        assert_eq!(long.len(), 2);
+        assert_eq!(long[0].len(), ANNOUNCED_ARGV_BYTES);
+        assert!(long[1].contains("2 words, 1048577 bytes"), "{long:?}");
+        let many = bound_argv(vec!["w".to_string(); 10_000]);
+        assert_eq!(many.len(), ANNOUNCED_ARGV_WORDS);
     }
 
     fn sh(script: &str) -> Vec<String> {

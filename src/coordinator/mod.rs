@@ -2,6 +2,7 @@
 //! Domain Anchor owning the sandbox, the state store and the sockets.
 
 pub mod anchor;
+pub mod bounded;
 pub mod bounds;
 pub mod client;
 pub mod confine;

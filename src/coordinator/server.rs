@@ -492,6 +492,15 @@ async fn serve(
                         code,
                     } => shared.hosted_ended(id, &session_id, Some(code)).await,
                     HostEvent::Adopted(started) => shared.hosted_adopted(*started).await,
+                    HostEvent::Refused(message) => {
+                        log(&message);
+                        shared
+                            .audit(
+                                "session-host-refused",
+                                serde_json::json!({ "message": message }),
+                            )
+                            .await;
+                    }
                 }
             }
         });

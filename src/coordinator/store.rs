@@ -364,6 +364,9 @@ impl Store {
             }
             None => (0, GENESIS.to_string()),
         };
+        // Whatever the kind: the agent's bytes are bounded here, where
+        // every record passes (issue 40).
+        let data = super::bounded::record(data);
         let record = AuditRecord::chained(seq, now(), kind, data, prev);
         let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         audit
@@ -399,7 +402,9 @@ impl Store {
                 }
                 let mut t = tx.open_table(table).map_err(|e| self.err(e))?;
                 for (key, value) in rows {
-                    let bytes = serde_json::to_vec(value)
+                    // Rows carry the agent's bytes too: bounded alike.
+                    let value = super::bounded::record(value.clone());
+                    let bytes = serde_json::to_vec(&value)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
                     t.insert(key.as_str(), bytes.as_slice())
                         .map_err(|e| self.err(e))?;

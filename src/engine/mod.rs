@@ -1169,18 +1169,22 @@ impl Engine {
     /// domain on the same folder still runs.
     fn clean_host(&self, anchor: &DomainAnchor, root: &Path) -> Result<(), String> {
         let mut left = Vec::new();
+        // Fixed again as root of the user's namespace, by Lazaret itself:
+        // `chmod` and `rm` would follow a symlink another domain on the
+        // same folder put on the way meanwhile.
+        let me = std::env::current_exe().map(|p| p.to_string_lossy().into_owned());
         for t in crate::git_sentry::tree::sanitize_domain(root, anchor.workspace()) {
             if t.fixed() {
                 continue;
             }
             let p = t.path().to_string_lossy().into_owned();
-            let fix = match t {
-                crate::git_sentry::tree::Trap::Setuid { .. } => {
-                    self.podman.run(["unshare", "chmod", "ug-s", "--", &p])
-                }
-                crate::git_sentry::tree::Trap::Device { .. } => {
-                    self.podman.run(["unshare", "rm", "-f", "--", &p])
-                }
+            let fix = match &me {
+                Ok(me) => self
+                    .podman
+                    .run(["unshare", me.as_str(), "strip-trap", "--", &p])
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(format!("cannot find the lazaret program: {e}")),
             };
             if fix.is_err() {
                 left.push(p);
@@ -1251,9 +1255,6 @@ fn record_mountpoints(root: &Path, points: &[PathBuf]) -> Result<(), EngineError
     std::fs::write(&file, text).map_err(io_err(&file))
 }
 
-/// Removes the recorded mount points that are an empty folder or an empty
-/// file (anything else is the user's or the agent's now: kept, and
-/// `lazaret review` reports what the agent made).
 /// What a restore of checkpoint `name` would set back in the user's
 /// repository: the agent's branch (the restored clone's branch is
 /// propagated there) and how many commits it has beyond the checkpoint's
@@ -1284,6 +1285,10 @@ pub fn branch_set_back(
     Ok(crate::git_sentry::commits_beyond(&layout.host, &branch, &saved).map(|n| (branch, n)))
 }
 
+/// Removes the recorded mount points that are an empty folder or an empty
+/// file (anything else is the user's or the agent's now: kept, and
+/// `lazaret review` reports what the agent made), without following a
+/// symlink the agent put on the way.
 fn remove_mountpoints(root: &Path) {
     let file = root.join(crate::git_sentry::MOUNTPOINTS_FILE);
     let Ok(text) = std::fs::read_to_string(&file) else {
@@ -1294,13 +1299,8 @@ fn remove_mountpoints(root: &Path) {
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort_by_key(|l| std::cmp::Reverse(l.len()));
     for line in lines {
-        let p = Path::new(line);
-        let removed = match std::fs::symlink_metadata(p) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir(p).is_ok(),
-            Ok(m) if m.is_file() && m.len() == 0 => std::fs::remove_file(p).is_ok(),
-            Ok(_) => false,
-            Err(_) => true,
-        };
+        let removed =
+            crate::git_sentry::nofollow::remove_if_empty(Path::new(line)).unwrap_or(false);
         if !removed {
             kept.push_str(line);
             kept.push('\n');

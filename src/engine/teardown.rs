@@ -347,18 +347,22 @@ impl Engine {
     /// and folders among them get the user's rwx. Entries of other host
     /// users (unmapped there: the overflow id 65534) and the user's own are
     /// left alone. Symlinks are never followed and no other file system is
-    /// entered.
+    /// entered: Lazaret's own walk does it (`lazaret reclaim`), changing
+    /// each entry by its descriptor or with no-follow calls on its name in
+    /// a folder opened without following links (`find -exec chmod` would
+    /// follow a symlink another domain on the same folder swapped in).
     pub fn reclaim(&self, dir: &Path) -> Result<(), crate::podman::PodmanError> {
         if !dir.is_dir() {
             return Ok(());
         }
-        let d = dir.to_string_lossy();
+        let me = std::env::current_exe().map_err(|e| crate::podman::PodmanError::Failed {
+            args: format!("unshare lazaret reclaim -- {}", dir.display()),
+            status: "not started".into(),
+            stderr: format!("cannot find the lazaret program: {e}"),
+        })?;
+        let (me, d) = (me.to_string_lossy(), dir.to_string_lossy());
         self.podman.run_with(
-            [
-                "unshare", "find", &d, "-xdev", "!", "-uid", "0", "!", "-uid", "65534", "(",
-                "-type", "d", "-exec", "chmod", "u+rwx", "{}", "+", "-o", "-true", ")", "-exec",
-                "chown", "-h", "0:0", "{}", "+",
-            ],
+            ["unshare", &me, "reclaim", "--", &d],
             Duration::from_secs(600),
             None,
         )?;

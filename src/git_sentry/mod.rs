@@ -99,6 +99,8 @@ pub enum GitError {
     },
     #[error("the agent's branch ref `{0}` is not a plain commit id; it is ignored")]
     BadRef(String),
+    #[error("the agent's {0}; it is ignored")]
+    Unreadable(String),
 }
 
 /// A `git` run on the host with [`HOST_GIT_OVERRIDES`] and no `GIT_*`

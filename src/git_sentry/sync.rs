@@ -31,26 +31,26 @@ pub fn read_branch(gitdir: &Path, branch: &str) -> Result<Option<String>, GitErr
     let (root, rel) = split_gitdir(gitdir);
     let bad = |what: String| move |e: std::io::Error| GitError::BadRef(format!("{what}: {e}"));
     let loose = rel.join("refs/heads").join(branch);
-    if let Some(bytes) =
-        nofollow::read(root, &loose).map_err(bad(format!("refs/heads/{branch}")))?
+    let unread = |what: String| {
+        move |e: nofollow::ReadError| match e {
+            nofollow::ReadError::Io(e) => bad(what)(e),
+            e => GitError::Unreadable(format!("{what}: {e}")),
+        }
+    };
+    if let Some(bytes) = nofollow::read(root, &loose, nofollow::REF)
+        .map_err(unread(format!("refs/heads/{branch}")))?
     {
         return check_oid(String::from_utf8_lossy(&bytes).trim()).map(Some);
     }
-    let Some(bytes) =
-        nofollow::read(root, &rel.join("packed-refs")).map_err(bad("packed-refs".into()))?
-    else {
-        return Ok(None);
-    };
-    let text = String::from_utf8_lossy(&bytes);
     let want = format!("refs/heads/{branch}");
-    for line in text.lines() {
-        if let Some((oid, name)) = line.split_once(' ')
-            && name == want
-        {
-            return check_oid(oid).map(Some);
-        }
-    }
-    Ok(None)
+    let found =
+        nofollow::for_each_line(root, &rel.join("packed-refs"), nofollow::PACKED_REFS, |l| {
+            let line = String::from_utf8_lossy(l);
+            let (oid, name) = line.split_once(' ')?;
+            (name == want).then(|| oid.to_string())
+        })
+        .map_err(unread("packed-refs".into()))?;
+    found.map(|oid| check_oid(&oid)).transpose()
 }
 
 /// Makes `refs/heads/<branch>` of a git directory `oid` and points its
@@ -350,6 +350,20 @@ mod tests {
         std::fs::remove_file(g.join("refs/heads/lazaret/agent-x")).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", g.join("refs/heads/lazaret/agent-x")).unwrap();
         assert!(read_branch(g, "lazaret/agent-x").is_err());
+        // Issue 40: a 1 GiB sparse ref, or packed-refs, is refused unread.
+        std::fs::remove_file(g.join("refs/heads/lazaret/agent-x")).unwrap();
+        let f = std::fs::File::create(g.join("refs/heads/lazaret/agent-x")).unwrap();
+        f.set_len(1 << 30).unwrap();
+        let e = read_branch(g, "lazaret/agent-x").unwrap_err().to_string();
+        assert!(e.contains("larger than the 512 bytes"), "{e}");
+        std::fs::remove_file(g.join("refs/heads/lazaret/agent-x")).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(g.join("packed-refs"))
+            .unwrap();
+        f.set_len(1 << 30).unwrap();
+        let e = read_branch(g, "lazaret/agent-x").unwrap_err().to_string();
+        assert!(e.contains("packed-refs of 1073741824 bytes"), "{e}");
     }
 
     /// A fork's branch is made in a copy of the agent's git: created anew,

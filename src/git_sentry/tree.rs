@@ -13,7 +13,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use nix::sys::stat::{Mode, SFlag};
+use nix::sys::stat::SFlag;
 
 use super::nofollow::{self, Descend};
 
@@ -178,16 +178,17 @@ pub fn strip(root: &Path, overlay_upper: bool, baseline: Option<&Snapshot>) -> V
                 traps.push(Trap::Device { path, fixed });
             }
         } else if st.st_mode & 0o6000 != 0 && (kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR) {
-            let mode = Mode::from_bits_truncate(st.st_mode & 0o1777);
+            // The bits come from what was opened (the name may have been
+            // swapped since the look), and are only ever taken away.
             let fixed = if kind == SFlag::S_IFDIR {
                 nofollow::open_dir_at(dir, name)
                     .ok()
-                    .is_some_and(|fd| nix::sys::stat::fchmod(&fd, mode).is_ok())
+                    .is_some_and(|fd| nofollow::strip_setid(&fd).is_ok())
             } else {
                 nofollow::open_file_at(dir, name)
                     .ok()
                     .flatten()
-                    .is_some_and(|f| nix::sys::stat::fchmod(&f, mode).is_ok())
+                    .is_some_and(|f| nofollow::strip_setid(&f).is_ok())
             };
             traps.push(Trap::Setuid { path, fixed });
         }

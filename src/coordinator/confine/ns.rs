@@ -62,7 +62,7 @@ pub struct View {
 }
 
 fn id(st: &nix::sys::stat::FileStat) -> Id {
-    (st.st_dev, st.st_ino)
+    nofollow::inode(st)
 }
 
 impl View {
@@ -177,7 +177,7 @@ impl View {
                 return Descend::No;
             }
             let shown = visible(&rel.to_string_lossy());
-            match quarantine(dir, name, nofollow::kind(st)) {
+            match quarantine(dir, name) {
                 Ok(to) => found.push(format!(
                     "a confined command made {shown}, which host git would obey: moved to {} with mode 000",
                     visible(&rel.with_file_name(to).to_string_lossy())
@@ -202,12 +202,14 @@ pub struct Entry {
 }
 
 /// Renames `name` in `dir` to a free quarantine name and makes it
-/// unreadable; returns the new name.
-fn quarantine(
-    dir: &std::os::fd::OwnedFd,
-    name: &OsStr,
-    kind: nix::sys::stat::SFlag,
-) -> io::Result<String> {
+/// unreadable; returns the new name. The rename is of a name in `dir`
+/// (it never follows a link); the mode is then set through a descriptor
+/// of what the new name holds, pinned without following a link, and only
+/// if that is not a symlink (issue 40: a `.git` swapped for a symlink
+/// between the walk's look and the change had the change land on the
+/// link's target outside the workspace). Whatever the agent swaps in
+/// meanwhile, what is changed is an entry of `dir`, not a link's target.
+fn quarantine(dir: &std::os::fd::OwnedFd, name: &OsStr) -> io::Result<String> {
     use std::os::fd::AsRawFd;
     let from = CString::new(name.as_bytes()).map_err(io::Error::other)?;
     for n in 0..100 {
@@ -235,22 +237,11 @@ fn quarantine(
             }
             return Err(e);
         }
-        if kind != nix::sys::stat::SFlag::S_IFLNK {
-            nix::sys::stat::fchmodat(
-                dir,
-                c.as_c_str(),
-                nix::sys::stat::Mode::empty(),
-                nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-            )
-            .or_else(|_| {
-                // Some kernels refuse AT_SYMLINK_NOFOLLOW: the entry was
-                // checked not to be a symlink.
-                nix::sys::stat::fchmodat(
-                    dir,
-                    c.as_c_str(),
-                    nix::sys::stat::Mode::empty(),
-                    nix::sys::stat::FchmodatFlags::FollowSymlink,
-                )
+        let moved = nofollow::pin_at(dir, OsStr::new(&to))?;
+        let st = nix::sys::stat::fstat(&moved)?;
+        if nofollow::kind(&st) != nix::sys::stat::SFlag::S_IFLNK {
+            nofollow::chmod_pinned(&moved, nix::sys::stat::Mode::empty()).map_err(|e| {
+                io::Error::other(format!("moved to {to}, but not made unreadable: {e}"))
             })?;
         }
         return Ok(to);
@@ -469,5 +460,126 @@ pub fn probe() -> Result<(), String> {
         Err(e) => Err(format!(
             "a confined command's own user and mount namespace cannot be made ({e}); unprivileged user namespaces must be allowed"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Issue 40, the race made certain: the walk saw a `.git` folder, and
+    /// before the quarantine acts on it, it is swapped for a symlink to a
+    /// canary outside. The symlink is moved away; the canary keeps its
+    /// mode.
+    #[test]
+    fn a_git_swapped_after_the_look_is_not_followed() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let canary = outside.path().join("canary");
+        std::fs::create_dir(&canary).unwrap();
+        std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir(&git).unwrap();
+        let dir = nofollow::open_root(ws.path()).unwrap();
+        std::fs::remove_dir(&git).unwrap();
+        std::os::unix::fs::symlink(&canary, &git).unwrap();
+        let to = quarantine(&dir, OsStr::new(".git")).unwrap();
+        assert!(ws.path().join(&to).is_symlink());
+        assert_eq!(mode(&canary), 0o755);
+        // A folder is quarantined, through its descriptor.
+        std::fs::create_dir(&git).unwrap();
+        let to = quarantine(&dir, OsStr::new(".git")).unwrap();
+        assert_eq!(mode(&ws.path().join(&to)), 0);
+        // A gitfile with another name (a hard link) is moved, not changed.
+        let linked = ws.path().join("elsewhere");
+        std::fs::write(&linked, "gitdir: /x").unwrap();
+        std::fs::hard_link(&linked, &git).unwrap();
+        let e = quarantine(&dir, OsStr::new(".git")).unwrap_err();
+        assert!(e.to_string().contains("hard links"), "{e}");
+        assert_eq!(mode(&linked) & 0o777, 0o666 & !umask());
+    }
+
+    fn umask() -> u32 {
+        let m = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        nix::sys::stat::umask(m);
+        m.bits()
+    }
+
+    /// Issue 40: while the quarantine runs, a racer swaps a new `.git`
+    /// folder for a symlink to a canary outside the workspace and back
+    /// (an atomic exchange, as fast as it can). Whatever the quarantine
+    /// meets, the canaries (a file and a folder) keep their modes.
+    #[test]
+    fn a_git_swapped_for_a_symlink_never_changes_its_target() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let (file, folder) = (outside.path().join("canary"), outside.path().join("dir"));
+        std::fs::write(&file, "keep").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sub = ws.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let view = View::scan(ws.path()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let racer = {
+            let (sub, stop) = (sub.clone(), stop.clone());
+            let targets = [file.clone(), folder.clone()];
+            std::thread::spawn(move || {
+                let (git, swap) = (sub.join(".git"), sub.join("swap"));
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::fs::create_dir(&git);
+                    let _ = std::os::unix::fs::symlink(&targets[n % 2], &swap);
+                    n += 1;
+                    // One exchange a round: `.git` is the folder half the
+                    // time and the symlink the other half.
+                    let _ = nix::fcntl::renameat2(
+                        nix::fcntl::AT_FDCWD,
+                        &git,
+                        nix::fcntl::AT_FDCWD,
+                        &swap,
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    );
+                }
+                n
+            })
+        };
+        let (mut found, mut refused) = (0, 0);
+        for _ in 0..3000 {
+            for m in view.quarantine_new() {
+                if m.contains("could NOT") {
+                    refused += 1;
+                } else {
+                    found += 1;
+                }
+            }
+            assert_eq!(mode(&file), 0o644, "the canary file's mode changed");
+            assert_eq!(mode(&folder), 0o755, "the canary folder's mode changed");
+            // Clear the quarantined entries so the race goes on.
+            for e in std::fs::read_dir(&sub).unwrap().flatten() {
+                let p = e.path();
+                if e.file_name().to_string_lossy().starts_with(QUARANTINE) {
+                    if e.file_type().unwrap().is_dir() {
+                        let _ =
+                            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755));
+                        let _ = std::fs::remove_dir_all(&p);
+                    } else {
+                        let _ = std::fs::remove_file(&p);
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = racer.join().unwrap();
+        eprintln!("{swaps} swaps; {found} quarantined, {refused} not");
+        assert!(found > 0, "the quarantine met the racer's folders");
     }
 }
