@@ -575,6 +575,48 @@ env = { A = "a" }
         }
     }
 
+    /// What `volume_narrows` decides, one option or path at a time (each
+    /// case tells a mutation of one of its conditions from the original).
+    #[test]
+    fn a_volume_narrows_only_with_the_same_paths_and_no_more_access() {
+        let v = |s: &str| -> toml::Value {
+            toml::from_str::<toml::Table>(&format!("v = {s}")).unwrap()["v"].clone()
+        };
+        let lower = v(r#"{ host = "/h", container = "/c", mode = "nosuid" }"#);
+        let read_only = v(r#"{ host = "/h", container = "/c", mode = "ro" }"#);
+        // Narrowing: the same, a restriction added, `ro` kept or added.
+        for upper in [
+            r#"{ host = "/h", container = "/c", mode = "nosuid" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,nodev" }"#,
+            r#"{ host = "/h", container = "/c", mode = "ro,nosuid" }"#,
+        ] {
+            assert!(volume_narrows(&lower, &v(upper)), "{upper}");
+        }
+        assert!(volume_narrows(&read_only, &read_only));
+        assert!(volume_narrows(
+            &read_only,
+            &v(r#"{ host = "/h", container = "/c", mode = "ro,noexec" }"#)
+        ));
+        // Widening: the same host folder elsewhere in the sandbox, another
+        // host folder at the same place, `ro` or a restriction dropped, an
+        // unknown option or key, relabelling changed.
+        for upper in [
+            r#"{ host = "/h", container = "/elsewhere", mode = "nosuid" }"#,
+            r#"{ host = "/other", container = "/c", mode = "nosuid" }"#,
+            r#"{ host = "/h", container = "/c" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,exec" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid", extra = 1 }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,Z" }"#,
+        ] {
+            assert!(!volume_narrows(&lower, &v(upper)), "{upper}");
+        }
+        assert!(!volume_narrows(
+            &read_only,
+            &v(r#"{ host = "/h", container = "/c", mode = "rw" }"#)
+        ));
+        assert!(!volume_narrows(&v("\"/h:/c\""), &v("\"/h:/c\"")));
+    }
+
     #[test]
     fn no_lower_list_means_only_empty_narrows() {
         assert_eq!(
