@@ -218,11 +218,6 @@ impl TrustStore {
             .is_some_and(|r| r.sha256 == sha256))
     }
 
-    /// Whether anything is recorded for `file` (trusted once, maybe changed since).
-    pub fn has_record(&self, file: &Path) -> Result<bool, TrustError> {
-        Ok(self.read()?.files.contains_key(&trust_key(file)))
-    }
-
     /// Records `sha256` as the trusted content of `file`.
     pub fn trust(&self, file: &Path, sha256: &str) -> Result<(), TrustError> {
         let mut store = self.read()?;
