@@ -1123,6 +1123,48 @@ mod tests {
         }
     }
 
+    /// Only a record of the segment kind that starts again from the
+    /// genesis hash, after record 0, starts a segment: one of that kind
+    /// chained as usual is an ordinary record, and a record that starts
+    /// again from the genesis hash without being a segment is a break (a
+    /// chain restarted mid-way to hide what came before).
+    #[test]
+    fn only_a_segment_record_starts_a_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            for kind in [SEGMENT_KIND, "x", SEGMENT_KIND, "y"] {
+                store.append(kind, serde_json::json!({})).unwrap();
+            }
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.chain_break(), None);
+        assert!(matches!(
+            store.verify().unwrap(),
+            Verification::Intact { records: 4, .. }
+        ));
+        drop(store);
+        // Record 3 re-chained from the genesis hash, its own hash right.
+        {
+            let db = Database::open(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(AUDIT).unwrap();
+                let r: AuditRecord = decode(t.get(3).unwrap().unwrap().value()).unwrap();
+                let r = AuditRecord::chained(r.seq, r.time, &r.kind, r.data, GENESIS.into());
+                t.insert(3, serde_json::to_vec(&r).unwrap().as_slice())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let b = store
+            .chain_break()
+            .expect("a restarted chain was taken for a segment");
+        assert_eq!((b.seq, b.segment), (3, 4), "{b:?}");
+    }
+
     /// The check on opening reads the last [`OPEN_CHECK_RECORDS`] records
     /// and no more (bounded time whatever the store's size): a break just
     /// inside is found; one just before is `audit --verify`'s to find.
