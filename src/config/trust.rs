@@ -612,6 +612,18 @@ env = { A = "a" }
         assert!(!volume_narrows(&v("\"/h:/c\""), &v("\"/h:/c\"")));
     }
 
+    /// Egress lists compare as networks, not as text: an address is its
+    /// /32 (or /128), and IPv6 may be written in any of its forms.
+    #[test]
+    fn egress_lists_compare_as_networks() {
+        let lower = "[profiles.dev]\nallow_egress = [\"192.0.2.7/32\", \"2001:db8::/32\"]";
+        let upper = "[profiles.dev]\nallow_egress = [\"192.0.2.7\", \"2001:0db8:0::/32\"]";
+        assert_eq!(keys(lower, upper), Vec::<String>::new());
+        // Another network is still refused.
+        let wider = "[profiles.dev]\nallow_egress = [\"192.0.2.0/24\"]";
+        assert_eq!(keys(lower, wider), vec!["profiles.dev.allow_egress"]);
+    }
+
     #[test]
     fn no_lower_list_means_only_empty_narrows() {
         assert_eq!(
