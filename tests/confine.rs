@@ -488,6 +488,37 @@ fn a_human_approval_that_cannot_be_audited_does_not_run() {
     assert_eq!(editing.decisions(), vec!["edited"]);
 }
 
+/// An agent's argument that leads out of the workspace through a symlink
+/// it planted (or `..`) goes to a human (none here: denied, with why)
+/// even under an auto-approve `*` entry; one that stays inside runs. The
+/// judge's probe, over the real socket, on the real file system.
+#[test]
+fn an_argument_leading_out_through_a_symlink_goes_to_a_human() {
+    use lazaret_escalate::Status;
+    let s = socket::Socket::new(&["cat *"], &[], None);
+    let outside = s.ws.parent().unwrap().join("secret");
+    std::fs::write(&outside, "CANARY-SECRET").unwrap();
+    std::fs::write(s.ws.join("sub/inside"), "inside").unwrap();
+    std::os::unix::fs::symlink("../../secret", s.ws.join("sub/link")).unwrap();
+    std::os::unix::fs::symlink("..", s.ws.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("inside", s.ws.join("sub/near")).unwrap();
+    for command in ["cat link", "cat up/../secret", "cat ../../secret"] {
+        let r = s.send(command);
+        assert_eq!(r.status, Status::Denied, "{command}: {r:?}");
+        assert!(
+            r.denied_reason
+                .as_deref()
+                .is_some_and(|w| w.contains("outside the workspace")),
+            "{command}: {r:?}"
+        );
+        assert!(!r.stdout.contains("CANARY"), "{command}: {r:?}");
+    }
+    // A symlink that stays inside is the workspace's own.
+    let r = s.send("cat near");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert_eq!(r.stdout, "inside");
+}
+
 /// A TCP listener on loopback that counts the connections it accepts.
 fn counting_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::Write;
