@@ -994,16 +994,21 @@ fn trust_file(env: &FixedEnv, file: &Path) {
 /// The user's configuration of the trust cases: one profile, some egress,
 /// a deny list, auto-approve entries and a read-write volume.
 fn user_layer(fx: &Fixture) -> (FixedEnv, LoadOptions) {
+    user_layer_of(
+        fx,
+        "auto_approve = [\"date\", \"uname -a\"]\n\n[profiles.dev]\nimage = \"img\"\nallow_egress = [\"192.0.2.0/24\", \"198.51.100.0/24\"]\npersistent_dirs = [\"/usr\"]\nvolumes = [{ host = \"ROOT/shared\", container = \"/shared\" }]\n",
+    )
+}
+
+/// The user's configuration: [`HEADER`] and then `rest` (`ROOT` in it is
+/// the fixture's root, where `shared` is a folder to mount).
+fn user_layer_of(fx: &Fixture, rest: &str) -> (FixedEnv, LoadOptions) {
     let root = fx.root.display().to_string();
     std::fs::create_dir_all(fx.root.join("shared")).unwrap();
     write(
         &fx.root,
         "home/.config/lazaret/config.toml",
-        &format!(
-            "{}auto_approve = [\"date\", \"uname -a\"]\n\n[profiles.dev]\nimage = \"img\"\nallow_egress = [\"192.0.2.0/24\", \"198.51.100.0/24\"]\npersistent_dirs = [\"/usr\"]\nvolumes = [{{ host = \"ROOT/shared\", container = \"/shared\" }}]\n",
-            HEADER
-        )
-        .replace("ROOT", &root),
+        &format!("{HEADER}{rest}").replace("ROOT", &root),
     );
     let env = FixedEnv::default().with("HOME", &fx.root.join("home").display().to_string());
     let opts = LoadOptions::standard(&env, &fx.workspace, None);
@@ -1086,6 +1091,47 @@ fn untrusted_workspace_file_cannot_widen() {
         // It names the line: `file:line:col: key`.
         assert!(msg.contains(&format!("{}:", ws.display())), "{msg}");
     }
+}
+
+/// issue 41: a volume the user mounts `nosuid,nodev,noexec` keeps each of
+/// those options against an untrusted ./lazaret.toml: dropping any one
+/// (setuid binaries, device files or executables on a host folder the
+/// sandbox can write) is a widening, refused like `ro` turned into `rw`.
+#[test]
+fn untrusted_workspace_file_cannot_drop_a_volumes_restrictions() {
+    let fx = fixture();
+    let root = fx.root.display().to_string();
+    let (env, opts) = user_layer_of(
+        &fx,
+        "\n[profiles.dev]\nimage = \"img\"\nvolumes = [{ host = \"ROOT/shared\", container = \"/shared\", mode = \"nosuid,nodev,noexec\" }]\n",
+    );
+    let ws = fx.workspace.join("lazaret.toml");
+    let volume = |mode: &str| {
+        format!(
+            "[profiles.dev]\nvolumes = [{{ host = \"{root}/shared\", container = \"/shared\", mode = \"{mode}\" }}]\n"
+        )
+    };
+    // Each of the three dropped, alone, is refused and named.
+    for mode in ["nodev,noexec", "nosuid,noexec", "nosuid,nodev"] {
+        std::fs::write(&ws, volume(mode)).unwrap();
+        let err = Config::load(&opts, &env).unwrap_err();
+        let msg = err.to_string();
+        assert!(err.is_security(), "{mode}: {msg}");
+        assert!(msg.contains("profiles.dev.volumes:"), "{mode}: {msg}");
+        assert!(
+            msg.contains(&format!("{} is not trusted", ws.display())),
+            "{mode}: {msg}"
+        );
+    }
+    // Keeping all three (and adding `ro`) narrows, and applies untrusted:
+    // the refusals above are for the dropped option, not for the volume.
+    std::fs::write(&ws, volume("ro,nosuid,nodev,noexec")).unwrap();
+    let config = Config::load(&opts, &env).unwrap();
+    assert!(!config.workspace_trust.as_ref().unwrap().trusted);
+    assert_eq!(
+        config.profiles["dev"].volumes[0].options,
+        vec!["ro", "nosuid", "nodev", "noexec"]
+    );
 }
 
 /// Narrowing keys apply untrusted, and `config show` can say so.

@@ -234,100 +234,340 @@ fn bench_confinement_cost() {
     println!("confine-without: {}", ms(&without));
 }
 
-/// A request whose audit record cannot be written does not run: the real
-/// Escalation Socket (in process), a real mTLS client, an audit log that
-/// fails on demand.
-#[test]
-fn a_request_that_cannot_be_audited_does_not_run() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// The real Escalation Socket, in process: the coordinator's own
+/// `EscalationServer` (classification, the judge's stages, confinement,
+/// the audit store) behind real mTLS, reached with the sandbox's real
+/// client. What a test chooses: the auto-approve entries without and with
+/// the network opt-in, what the human answers, and which audit writes
+/// fail.
+mod socket {
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::{Arc, Mutex};
 
+    pub use lazaret::coordinator::escalation::Verdict;
     use lazaret::coordinator::escalation::{
-        AuditLog, EscalationServer, Outcome, Prompt, RequestLimits, SessionDirectory, Setup,
-        Verdict,
+        AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
+        Setup,
     };
     use lazaret::coordinator::store::{Batch, Store};
+    use lazaret_escalate::Response;
     use lazaret_escalate::client::{Settings, build_request, exchange};
     use lazaret_escalate::ed25519_dalek::VerifyingKey;
-    use lazaret_escalate::signing::{self, SessionKey};
+    use lazaret_escalate::signing::{self, SessionCredential, SessionKey};
 
-    struct Sessions(String, VerifyingKey);
+    /// Which of the judge's audit writes fail ("the disk is full").
+    pub const WRITES_OK: u8 = 0;
+    pub const NO_WRITE: u8 = 1;
+    /// The request's own commit goes through; the human's decision, a
+    /// commit of its own, does not.
+    pub const NO_DECISION: u8 = 2;
+
+    struct Sessions {
+        id: String,
+        key: VerifyingKey,
+        /// What the human answers each prompt; `None`: nobody is attached.
+        answer: Option<Verdict>,
+        asked: Arc<Mutex<Vec<String>>>,
+    }
+
     impl SessionDirectory for Sessions {
         fn key(&self, id: &str) -> Option<VerifyingKey> {
-            (id == self.0).then_some(self.1)
+            (id == self.id).then_some(self.key)
         }
-        fn ask(&self, _: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>> {
-            None
+        fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>> {
+            let answer = self.answer.clone()?;
+            self.asked.lock().unwrap().push(prompt.command);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _ = tx.send(answer);
+            Some(rx)
         }
         fn tell(&self, _: &str, _: Outcome) {}
         fn withdraw(&self, _: &str, _: &str, _: &str) {}
     }
 
     /// The real store, failing on demand.
-    struct Failing(Arc<Store>, Arc<AtomicBool>);
+    struct Failing(Arc<Store>, Arc<AtomicU8>);
+
+    impl Failing {
+        fn fails(&self, batch: Option<&Batch>) -> bool {
+            match self.1.load(Ordering::SeqCst) {
+                NO_WRITE => true,
+                // A decision's own commit: no request in it.
+                NO_DECISION => {
+                    batch.is_some_and(|b| b.first_sighting.is_none() && !b.decisions.is_empty())
+                }
+                _ => false,
+            }
+        }
+    }
+
     impl AuditLog for Failing {
         fn append(&self, kind: &'static str, data: serde_json::Value) -> Result<(), String> {
-            if self.1.load(Ordering::SeqCst) {
+            if self.fails(None) {
                 return Err("the disk is full".into());
             }
             AuditLog::append(self.0.as_ref(), kind, data)
         }
         fn commit(&self, batch: Batch) -> Result<bool, String> {
-            if self.1.load(Ordering::SeqCst) {
+            if self.fails(Some(&batch)) {
                 return Err("the disk is full".into());
             }
             AuditLog::commit(self.0.as_ref(), batch)
         }
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().canonicalize().unwrap();
-    let ws = base.join("ws");
-    std::fs::create_dir_all(ws.join("sub")).unwrap();
-    let store = Arc::new(Store::open(&base.join("state.redb")).unwrap());
-    let failing = Arc::new(AtomicBool::new(true));
-    let f = failing.clone();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = EscalationServer::new(Setup {
-        profile: "dev",
-        domain_hash: "0123456789ab",
-        escalation_dir: &base.join("esc"),
-        certs_dir: &base.join("certs"),
-        host_workspace: &ws,
-        layout: None,
-        auto_approve: &[vec!["touch".into(), "*".into()]],
-        auto_approve_network: &[],
-        limits: ExecLimits::default(),
-        requests: RequestLimits::default(),
-        store: store.clone(),
-        audit: Arc::new(Failing(store, f)),
-    })
-    .unwrap();
-    let socket = server.socket.clone();
-    let key = SessionKey::generate().unwrap();
-    let session = uuid::Uuid::new_v4().to_string();
-    let sessions = Arc::new(Sessions(session.clone(), key.public_key()));
-    let _enter = rt.enter();
-    let _task = Arc::new(server).serve(sessions).unwrap();
-    let settings = Settings {
-        socket,
-        certs_dir: base.join("certs"),
-        timeout: Some(std::time::Duration::from_secs(20)),
-    };
-    let cred = key.delegate(&session, signing::unix_now() + 600).unwrap();
-    let send = |command: &str| {
-        let req = build_request(&cred, "dev", "/workspace/sub", command, "test").unwrap();
-        exchange(&settings, &req).unwrap()
-    };
-    let r = send("touch unaudited");
+    pub struct Socket {
+        pub ws: PathBuf,
+        /// Which writes fail: [`WRITES_OK`], [`NO_WRITE`], [`NO_DECISION`].
+        pub failing: Arc<AtomicU8>,
+        /// The commands the human was asked about.
+        pub asked: Arc<Mutex<Vec<String>>>,
+        pub store: Arc<Store>,
+        settings: Settings,
+        cred: SessionCredential,
+        _task: tokio::task::JoinHandle<()>,
+        _rt: tokio::runtime::Runtime,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Socket {
+        pub fn new(auto_approve: &[&str], network: &[&str], answer: Option<Verdict>) -> Socket {
+            let argvs = |l: &[&str]| -> Vec<Vec<String>> {
+                l.iter()
+                    .map(|e| e.split(' ').map(str::to_string).collect())
+                    .collect()
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let base = dir.path().canonicalize().unwrap();
+            let ws = base.join("ws");
+            std::fs::create_dir_all(ws.join("sub")).unwrap();
+            let store = Arc::new(Store::open(&base.join("state.redb")).unwrap());
+            let failing = Arc::new(AtomicU8::new(WRITES_OK));
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = EscalationServer::new(Setup {
+                profile: "dev",
+                domain_hash: "0123456789ab",
+                escalation_dir: &base.join("esc"),
+                certs_dir: &base.join("certs"),
+                host_workspace: &ws,
+                layout: None,
+                // As the coordinator passes them: every entry, and
+                // those that opted in again.
+                auto_approve: &argvs(&[auto_approve, network].concat()),
+                auto_approve_network: &argvs(network),
+                limits: ExecLimits::default(),
+                requests: RequestLimits::default(),
+                store: store.clone(),
+                audit: Arc::new(Failing(store.clone(), failing.clone())),
+            })
+            .unwrap();
+            // Without Landlock nothing auto-approves, and the tests would
+            // see only humans: that is no test of the confinement.
+            assert!(
+                server.support.available(),
+                "Landlock is missing on this host ({:?}): auto-approved commands cannot be confined, so this test cannot run",
+                server.support
+            );
+            let settings = Settings {
+                socket: server.socket.clone(),
+                certs_dir: base.join("certs"),
+                timeout: Some(std::time::Duration::from_secs(20)),
+            };
+            let key = SessionKey::generate().unwrap();
+            let id = uuid::Uuid::new_v4().to_string();
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let sessions = Arc::new(Sessions {
+                id: id.clone(),
+                key: key.public_key(),
+                answer,
+                asked: asked.clone(),
+            });
+            let task = {
+                let _enter = rt.enter();
+                Arc::new(server).serve(sessions).unwrap()
+            };
+            Socket {
+                ws,
+                failing,
+                asked,
+                store,
+                settings,
+                cred: key.delegate(&id, signing::unix_now() + 600).unwrap(),
+                _task: task,
+                _rt: rt,
+                _dir: dir,
+            }
+        }
+
+        /// Sends `command` from `/workspace/sub` and waits for the answer.
+        pub fn send(&self, command: &str) -> Response {
+            let req = build_request(&self.cred, "dev", "/workspace/sub", command, "test").unwrap();
+            exchange(&self.settings, &req).unwrap()
+        }
+
+        pub fn fail(&self, which: u8) {
+            self.failing.store(which, Ordering::SeqCst);
+        }
+
+        /// The `decision` of every escalation-decision record, in order.
+        pub fn decisions(&self) -> Vec<String> {
+            self.store
+                .records()
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.kind == "escalation-decision")
+                .filter_map(|r| r.data["decision"].as_str().map(str::to_string))
+                .collect()
+        }
+    }
+}
+
+/// A request whose audit record cannot be written does not run: the real
+/// Escalation Socket (in process), a real mTLS client, an audit log that
+/// fails on demand.
+#[test]
+fn a_request_that_cannot_be_audited_does_not_run() {
+    let s = socket::Socket::new(&["touch *"], &[], None);
+    s.fail(socket::NO_WRITE);
+    let r = s.send("touch unaudited");
     assert_eq!(r.status, lazaret_escalate::Status::Error, "{r:?}");
     assert!(format!("{r:?}").contains("audit log"), "{r:?}");
-    assert!(!ws.join("sub/unaudited").exists(), "it ran");
+    assert!(!s.ws.join("sub/unaudited").exists(), "it ran");
     // The control: with the audit log writable, the same request runs.
-    failing.store(false, Ordering::SeqCst);
-    let r = send("touch audited");
+    s.fail(socket::WRITES_OK);
+    let r = s.send("touch audited");
     assert_eq!(r.status, lazaret_escalate::Status::Approved, "{r:?}");
-    assert!(ws.join("sub/audited").exists());
+    assert!(s.ws.join("sub/audited").exists());
+}
+
+/// issue 41: a command the human approves (or edits, then approves) does
+/// not run when its decision record cannot be written, though its request
+/// was recorded: the judge's human path, over the real socket.
+#[test]
+fn a_human_approval_that_cannot_be_audited_does_not_run() {
+    use lazaret_escalate::Status;
+    use socket::Verdict;
+    // `touch` is not auto-approved here: every request goes to the human.
+    let approving = socket::Socket::new(&["date"], &[], Some(Verdict::Approve));
+    approving.fail(socket::NO_DECISION);
+    let r = approving.send("touch approved");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("decision could not be written to the audit log"),
+        "{r:?}"
+    );
+    assert!(!approving.ws.join("sub/approved").exists(), "it ran");
+    // The human was asked (the request itself was recorded): it is the
+    // decision's record alone that was missing.
+    assert_eq!(*approving.asked.lock().unwrap(), vec!["touch approved"]);
+    assert!(approving.decisions().is_empty());
+    // An edit is a decision too.
+    let editing = socket::Socket::new(
+        &["date"],
+        &[],
+        Some(Verdict::Edit {
+            command: "touch edited".into(),
+        }),
+    );
+    editing.fail(socket::NO_DECISION);
+    let r = editing.send("touch asked");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(!editing.ws.join("sub/edited").exists(), "the edit ran");
+    assert!(!editing.ws.join("sub/asked").exists(), "the original ran");
+    // The control: with the decision written, both run.
+    approving.fail(socket::WRITES_OK);
+    let r = approving.send("touch approved");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert!(approving.ws.join("sub/approved").exists());
+    assert_eq!(approving.decisions(), vec!["approved"]);
+    editing.fail(socket::WRITES_OK);
+    let r = editing.send("touch asked");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert!(editing.ws.join("sub/edited").exists());
+    assert_eq!(editing.decisions(), vec!["edited"]);
+}
+
+/// An agent's argument that leads out of the workspace through a symlink
+/// it planted (or `..`) goes to a human (none here: denied, with why)
+/// even under an auto-approve `*` entry; one that stays inside runs. The
+/// judge's probe, over the real socket, on the real file system.
+#[test]
+fn an_argument_leading_out_through_a_symlink_goes_to_a_human() {
+    use lazaret_escalate::Status;
+    let s = socket::Socket::new(&["cat *"], &[], None);
+    let outside = s.ws.parent().unwrap().join("secret");
+    std::fs::write(&outside, "CANARY-SECRET").unwrap();
+    std::fs::write(s.ws.join("sub/inside"), "inside").unwrap();
+    std::os::unix::fs::symlink("../../secret", s.ws.join("sub/link")).unwrap();
+    std::os::unix::fs::symlink("..", s.ws.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("inside", s.ws.join("sub/near")).unwrap();
+    for command in ["cat link", "cat up/../secret", "cat ../../secret"] {
+        let r = s.send(command);
+        assert_eq!(r.status, Status::Denied, "{command}: {r:?}");
+        assert!(
+            r.denied_reason
+                .as_deref()
+                .is_some_and(|w| w.contains("outside the workspace")),
+            "{command}: {r:?}"
+        );
+        assert!(!r.stdout.contains("CANARY"), "{command}: {r:?}");
+    }
+    // A symlink that stays inside is the workspace's own.
+    let r = s.send("cat near");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert_eq!(r.stdout, "inside");
+}
+
+/// A TCP listener on loopback that counts the connections it accepts.
+fn counting_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for mut conn in l.incoming().flatten() {
+            c.fetch_add(1, Ordering::SeqCst);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached");
+        }
+    });
+    (port, count)
+}
+
+/// issue 41: an auto-approve entry without the network opt-in cannot open
+/// a TCP connection, even to loopback; one with it can. Through the judge
+/// (which picks the confinement by the matching entry), over the real
+/// socket, with a real program and a real listener.
+#[test]
+fn only_entries_opted_into_the_network_connect() {
+    use lazaret_escalate::Status;
+    use std::sync::atomic::Ordering;
+    assert!(
+        Path::new("/usr/bin/curl").exists(),
+        "this test needs curl at /usr/bin/curl (apt-get install curl)"
+    );
+    let (port, accepted) = counting_listener();
+    // The URL is the user's word in the entry (an agent's URL argument
+    // would go to a human: it names something outside the workspace).
+    let quiet = format!("curl --silent --max-time 10 http://127.0.0.1:{port}/");
+    let shown = format!("curl --show-error --max-time 10 http://127.0.0.1:{port}/");
+    let s = socket::Socket::new(&[&quiet], &[&shown], None);
+    let r = s.send(&quiet);
+    // Auto-approved (no human here), run, and refused its connection.
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert_ne!(r.exit_code, Some(0), "curl connected: {r:?}");
+    assert!(!r.stdout.contains("reached"), "{r:?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "a connection arrived");
+    // The control: the entry that opted in reaches the same listener.
+    let r = s.send(&shown);
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(r.stdout, "reached", "{r:?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(s.decisions(), vec!["auto-approved", "auto-approved"]);
 }
 
 /// Runs `program args` in `ws/cwd` under the full confinement.

@@ -384,6 +384,102 @@ fn hand_edited_store_fails_verification() {
     );
 }
 
+/// issue 41: a store whose chain broke while its domain was stopped is
+/// found broken when the coordinator opens it: `status` (and so the
+/// workbench) and the coordinator's log say so, the records the new
+/// coordinator writes start a segment that says where the chain broke,
+/// and `audit --verify` through the running coordinator reports the break
+/// (it once answered "intact" there).
+#[test]
+fn a_broken_chain_is_reported_by_a_running_coordinator() {
+    use lazaret::coordinator::store::{GENESIS, SEGMENT_KIND};
+    let d = Domain::new("gv");
+    let out = exec(&d, &["true"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    d.wait_until_gone();
+    let path = d.domain_root().join("state.redb");
+    let before = Store::open(&path).unwrap().records().unwrap().len() as u64;
+    assert!(before > 3, "{before} records");
+    // Edited while stopped: record 2's data changes, its hash does not.
+    edit_store(&path, |t| {
+        let mut r = get(t, 2);
+        r.data = serde_json::json!({ "forged": true });
+        put(t, 2, &r);
+    });
+
+    let long = spawn(exec(&d, &["sleep", "60"]));
+    wait_for_socket(&d);
+    // Status, as JSON (what the workbench reads) and for people.
+    let s = status_of(&d);
+    let b = &s["audit_break"];
+    assert_eq!(b["seq"], 2, "{s}");
+    assert_eq!(b["segment"], before, "{s}");
+    assert_eq!(
+        b["why"], "its content does not match its hash (edited)",
+        "{s}"
+    );
+    let out = d.cmd_raw(STANDARD_PATH, &["status"]).output().unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(
+        o.contains(&format!(
+            "{}: audit log BROKEN: the audit chain is broken at record 2",
+            d.hash
+        )),
+        "{o}"
+    );
+    // The coordinator's log.
+    let log = std::fs::read_to_string(d.domain_root().join("coordinator.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "the audit chain is broken at record 2: its content does not match its hash (edited); the records from {before} on are a new segment"
+        )),
+        "{log}"
+    );
+    // Through the running coordinator (it holds the store).
+    assert!(matches!(Store::open(&path), Err(StoreError::Locked(_))));
+    let verify = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--verify"])
+        .output()
+        .unwrap();
+    let (o, e) = text(&verify);
+    assert_eq!(verify.status.code(), Some(1), "{o}{e}");
+    assert!(
+        e.contains("BROKEN at record 2: its content does not match its hash (edited)"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "the new segment started at record {before} when the break was found is intact"
+        )),
+        "{e}"
+    );
+    // The new segment: its first record says so, and the coordinator's
+    // own records chain on from it, not from the broken chain. (`audit`
+    // prints them and still fails: the chain is broken.)
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["audit", d.profile, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    let records: Vec<AuditRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    let segment = &records[before as usize];
+    assert_eq!(segment.kind, SEGMENT_KIND, "{records:?}");
+    assert_eq!(segment.prev_hash, GENESIS);
+    assert_eq!(segment.data["broken_at"], 2);
+    let next = &records[before as usize + 1];
+    assert_eq!(next.kind, "coordinator-start", "{records:?}");
+    assert_eq!(next.prev_hash, segment.hash);
+
+    let out = d
+        .cmd_raw(STANDARD_PATH, &["down", d.profile])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let _ = finish(long);
+    d.wait_until_gone();
+}
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")

@@ -813,6 +813,14 @@ fn set_auto_approve(d: &Domain, entries: &[String]) {
     d.s.write("config.toml", &text);
 }
 
+/// Adds `line` to the domain's `[escalation]` table (before it starts).
+fn add_to_escalation(d: &Domain, line: &str) {
+    let config = d.s.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replacen("[escalation]\n", &format!("[escalation]\n{line}\n"), 1);
+    d.s.write("config.toml", &text);
+}
+
 /// With file-reading and file-writing programs allowed by the
 /// configuration, every exfiltration or write outside the workspace that
 /// an agent tries from inside a gVisor sandbox either goes to a human
@@ -950,6 +958,54 @@ fn auto_approved_commands_cannot_reach_outside_the_workspace() {
     let (code, _, err) = run(&format!("{ESC} -- tee sub/teed"));
     assert_eq!(code, 0, "{err}");
     assert!(d.ws().join("sub/teed").exists());
+    stop(h);
+}
+
+/// issue 41: through the real coordinator, from a gVisor sandbox, an
+/// auto-approve entry the configuration did not opt into the network
+/// (`auto_approve`) cannot open a TCP connection from the host, even to
+/// loopback; the same program under an entry of `auto_approve_network`
+/// can. The listener is the test's, on the host's loopback.
+#[test]
+fn auto_approved_commands_connect_only_when_opted_in() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    assert!(
+        Path::new("/usr/bin/curl").exists(),
+        "this test needs curl at /usr/bin/curl (apt-get install curl)"
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached");
+        }
+    });
+    let d = Domain::new("gv");
+    // The URL is the user's word in the entry (an agent's URL argument
+    // would go to a human: it names something outside the workspace).
+    let quiet = format!("curl --silent --max-time 10 http://127.0.0.1:{port}/");
+    let shown = format!("curl --show-error --max-time 10 http://127.0.0.1:{port}/");
+    set_auto_approve(&d, std::slice::from_ref(&quiet));
+    add_to_escalation(&d, &format!("auto_approve_network = [{shown:?}]"));
+    let h = holder(&d);
+    let (code, out, err) = d.exec_sh(&format!("{ESC} -- {quiet}"));
+    assert_ne!(code, 0, "curl connected without the opt-in: {out}{err}");
+    assert!(!out.contains("reached"), "{out}{err}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "a connection arrived");
+    // The control: opted in, the same program reaches the same listener.
+    let (code, out, err) = d.exec_sh(&format!("{ESC} -- {shown}"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), "reached", "{err}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    // Both were auto-approved: the refusal was the confinement's.
+    assert_eq!(
+        decisions(&audit_kinds(&d)),
+        vec!["auto-approved", "auto-approved"]
+    );
     stop(h);
 }
 

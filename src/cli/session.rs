@@ -207,6 +207,7 @@ fn labelled_status(d: &crate::engine::LabelledDomain, uptime: u64, orphaned: boo
         egress_refused: None,
         hosted: Vec::new(),
         orphaned,
+        audit_break: None,
     }
 }
 
@@ -365,6 +366,18 @@ pub fn status(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
             d.hash,
             live.len()
         );
+    }
+    // A broken audit chain is said for as long as the store holds it.
+    for d in &domains {
+        if let Some(b) = &d.audit_break {
+            println!(
+                "{}: audit log BROKEN: {} (`lazaret audit {} --verify` in {} checks all of it)",
+                d.hash,
+                visible(&b.to_string()),
+                visible(&d.profile),
+                visible(&d.workspace)
+            );
+        }
     }
     for hash in &manual_hashes {
         println!(

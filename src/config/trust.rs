@@ -218,11 +218,6 @@ impl TrustStore {
             .is_some_and(|r| r.sha256 == sha256))
     }
 
-    /// Whether anything is recorded for `file` (trusted once, maybe changed since).
-    pub fn has_record(&self, file: &Path) -> Result<bool, TrustError> {
-        Ok(self.read()?.files.contains_key(&trust_key(file)))
-    }
-
     /// Records `sha256` as the trusted content of `file`.
     pub fn trust(&self, file: &Path, sha256: &str) -> Result<(), TrustError> {
         let mut store = self.read()?;
@@ -573,6 +568,60 @@ env = { A = "a" }
         for (upper, key) in cases {
             assert_eq!(keys(LOWER, upper), vec![key.to_string()], "{upper}");
         }
+    }
+
+    /// What `volume_narrows` decides, one option or path at a time (each
+    /// case tells a mutation of one of its conditions from the original).
+    #[test]
+    fn a_volume_narrows_only_with_the_same_paths_and_no_more_access() {
+        let v = |s: &str| -> toml::Value {
+            toml::from_str::<toml::Table>(&format!("v = {s}")).unwrap()["v"].clone()
+        };
+        let lower = v(r#"{ host = "/h", container = "/c", mode = "nosuid" }"#);
+        let read_only = v(r#"{ host = "/h", container = "/c", mode = "ro" }"#);
+        // Narrowing: the same, a restriction added, `ro` kept or added.
+        for upper in [
+            r#"{ host = "/h", container = "/c", mode = "nosuid" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,nodev" }"#,
+            r#"{ host = "/h", container = "/c", mode = "ro,nosuid" }"#,
+        ] {
+            assert!(volume_narrows(&lower, &v(upper)), "{upper}");
+        }
+        assert!(volume_narrows(&read_only, &read_only));
+        assert!(volume_narrows(
+            &read_only,
+            &v(r#"{ host = "/h", container = "/c", mode = "ro,noexec" }"#)
+        ));
+        // Widening: the same host folder elsewhere in the sandbox, another
+        // host folder at the same place, `ro` or a restriction dropped, an
+        // unknown option or key, relabelling changed.
+        for upper in [
+            r#"{ host = "/h", container = "/elsewhere", mode = "nosuid" }"#,
+            r#"{ host = "/other", container = "/c", mode = "nosuid" }"#,
+            r#"{ host = "/h", container = "/c" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,exec" }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid", extra = 1 }"#,
+            r#"{ host = "/h", container = "/c", mode = "nosuid,Z" }"#,
+        ] {
+            assert!(!volume_narrows(&lower, &v(upper)), "{upper}");
+        }
+        assert!(!volume_narrows(
+            &read_only,
+            &v(r#"{ host = "/h", container = "/c", mode = "rw" }"#)
+        ));
+        assert!(!volume_narrows(&v("\"/h:/c\""), &v("\"/h:/c\"")));
+    }
+
+    /// Egress lists compare as networks, not as text: an address is its
+    /// /32 (or /128), and IPv6 may be written in any of its forms.
+    #[test]
+    fn egress_lists_compare_as_networks() {
+        let lower = "[profiles.dev]\nallow_egress = [\"192.0.2.7/32\", \"2001:db8::/32\"]";
+        let upper = "[profiles.dev]\nallow_egress = [\"192.0.2.7\", \"2001:0db8:0::/32\"]";
+        assert_eq!(keys(lower, upper), Vec::<String>::new());
+        // Another network is still refused.
+        let wider = "[profiles.dev]\nallow_egress = [\"192.0.2.0/24\"]";
+        assert_eq!(keys(lower, wider), vec!["profiles.dev.allow_egress"]);
     }
 
     #[test]

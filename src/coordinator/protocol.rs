@@ -321,6 +321,12 @@ pub struct DomainStatus {
     /// (`status` fills it; a coordinator never does).
     #[serde(default)]
     pub orphaned: bool,
+    /// The break in the domain's audit chain its state store showed when
+    /// the coordinator opened it (or an earlier one did): where, why, and
+    /// the record that starts the new segment. `None`: the chain's tail
+    /// is intact and it never broke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_break: Option<crate::coordinator::store::ChainBreak>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

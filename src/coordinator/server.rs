@@ -269,6 +269,7 @@ impl Shared {
             }),
             hosted: self.hosted.get().map(|h| h.list()).unwrap_or_default(),
             orphaned: false,
+            audit_break: self.store.chain_break().cloned(),
         }
     }
 
@@ -336,6 +337,14 @@ pub fn run(
     // tearing down (it holds this lock until it exits, and the store).
     let _owner = wait_for_owner_lock(owner_lock)?;
     let store = Arc::new(Store::open(&domain_root.join("state.redb"))?);
+    if let Some(b) = store.chain_break() {
+        // Said at every start while the store holds the break: `status`
+        // and the workbench show it too (DomainStatus::audit_break).
+        log(&format!(
+            "{b} (see `lazaret audit --verify`; move {} aside to start an unbroken log)",
+            store.path().display()
+        ));
+    }
     // The audit store and log are the user's alone (0700/0600).
     engine.secure_domain(&resolved.domain);
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -29,6 +29,46 @@ pub const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit_v2");
 /// The hash before the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// The kind of the record that starts a new segment of the audit chain
+/// after a break found when the store was opened: it says where the chain
+/// broke and why, and is chained to [`GENESIS`], not to the broken record,
+/// so the records after it can be checked on their own. It never mends
+/// the chain: `verify` still reports the break before it.
+pub const SEGMENT_KIND: &str = "audit-chain-segment";
+
+/// How many of the last audit records [`Store::open`] checks (the whole
+/// chain is `audit --verify`'s): a few milliseconds whatever the store's
+/// size, and more than any one session writes.
+pub const OPEN_CHECK_RECORDS: usize = 4096;
+
+/// The `meta` key holding the sequence number of the last segment record.
+const META_SEGMENT: &str = "audit_segment";
+
+/// A break in the audit chain, found when the store was opened (then, or
+/// at an earlier opening: the segment record that followed says so).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainBreak {
+    /// The first record found not to be what the chain says.
+    pub seq: u64,
+    /// What is wrong with it.
+    pub why: String,
+    /// The record that starts the new segment ([`SEGMENT_KIND`]): every
+    /// record from it on was written after the break was found.
+    pub segment: u64,
+    /// When the break was found (seconds since the Unix epoch).
+    pub found: u64,
+}
+
+impl std::fmt::Display for ChainBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the audit chain is broken at record {}: {}; the records from {} on are a new segment, started when the break was found",
+            self.seq, self.why, self.segment
+        )
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
@@ -171,8 +211,14 @@ pub fn now() -> u64 {
 
 /// Checks a sequence of records read in key order.
 pub fn verify_chain(records: impl IntoIterator<Item = (u64, AuditRecord)>) -> Verification {
+    verify_run(records, 0)
+}
+
+/// Checks records read in key order that start a chain at `first` (0, or
+/// a segment record), each chained to the one before it.
+fn verify_run(records: impl IntoIterator<Item = (u64, AuditRecord)>, first: u64) -> Verification {
     let mut prev = GENESIS.to_string();
-    let mut expected_seq = 0;
+    let mut expected_seq = first;
     for (key, r) in records {
         let bad = |why: String| Verification::Broken { seq: key, why };
         if key != expected_seq {
@@ -196,9 +242,82 @@ pub fn verify_chain(records: impl IntoIterator<Item = (u64, AuditRecord)>) -> Ve
         expected_seq += 1;
     }
     Verification::Intact {
-        records: expected_seq,
+        records: expected_seq - first,
         head: prev,
     }
+}
+
+/// What [`check_tail`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TailCheck {
+    /// The first break after the last segment record, if any: a break no
+    /// segment says yet.
+    unmarked: Option<(u64, String)>,
+    /// The key of the last segment record in the tail.
+    segment: Option<u64>,
+}
+
+/// Checks the last records of the chain (`tail`: keys and raw values in key
+/// order, the oldest first). The first of them is taken on trust unless it
+/// is record 0 (its predecessor is not read); a segment record starts the
+/// chain anew, and a break before it is one it already says.
+fn check_tail(tail: &[(u64, Vec<u8>)]) -> TailCheck {
+    let mut out = TailCheck::default();
+    // The hash the next record must name; `None`: not known (the first
+    // record of a window, or one after a record that cannot be read).
+    let mut prev: Option<String> = None;
+    let mut expected: Option<u64> = None;
+    // Only the first break after the last segment record counts.
+    fn broken(out: &mut TailCheck, why: String, at: u64) {
+        out.unmarked.get_or_insert((at, why));
+    }
+    for (key, bytes) in tail {
+        let key = *key;
+        if let Some(e) = expected
+            && key != e
+        {
+            broken(
+                &mut out,
+                format!("record {e} is missing (next is {key})"),
+                e,
+            );
+        }
+        expected = Some(key + 1);
+        let r: AuditRecord = match serde_json::from_slice(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                broken(&mut out, format!("it cannot be read ({e})"), key);
+                prev = None;
+                continue;
+            }
+        };
+        if r.kind == SEGMENT_KIND && r.prev_hash == GENESIS && key > 0 {
+            // What came before is what this segment record already says.
+            out.unmarked = None;
+            out.segment = Some(key);
+            prev = Some(GENESIS.to_string());
+        } else if key == 0 {
+            prev = Some(GENESIS.to_string());
+        }
+        if r.seq != key {
+            broken(&mut out, format!("it says it is record {}", r.seq), key);
+        } else if prev.as_ref().is_some_and(|p| *p != r.prev_hash) {
+            broken(
+                &mut out,
+                "it does not follow the record before it (records removed or reordered)".into(),
+                key,
+            );
+        } else if AuditRecord::compute_hash(r.seq, r.time, &r.kind, &r.data, &r.prev_hash) != r.hash
+        {
+            broken(
+                &mut out,
+                "its content does not match its hash (edited)".into(),
+                key,
+            );
+        }
+        prev = Some(r.hash);
+    }
+    out
 }
 
 /// Rows and audit records written together by [`Store::commit`].
@@ -232,6 +351,9 @@ pub struct Store {
     db: Database,
     path: PathBuf,
     cap: u64,
+    /// The break in the audit chain found when the store was opened (now
+    /// or before): `None` while the chain's tail is intact.
+    chain_break: Option<ChainBreak>,
 }
 
 impl Store {
@@ -245,13 +367,105 @@ impl Store {
             }
             Err(e) => return Err(db_err(path, e)),
         };
-        let store = Store {
+        let mut store = Store {
             db,
             path: path.to_path_buf(),
             cap: STORE_CAP,
+            chain_break: None,
         };
         store.migrate()?;
+        store.chain_break = store.check_on_open()?;
         Ok(store)
+    }
+
+    /// The break in the audit chain found when the store was opened, now
+    /// or at an earlier opening (see [`SEGMENT_KIND`]); `None` when the
+    /// tail checked is intact and no segment was ever started.
+    pub fn chain_break(&self) -> Option<&ChainBreak> {
+        self.chain_break.as_ref()
+    }
+
+    /// Checks the chain's last [`OPEN_CHECK_RECORDS`] records. A break no
+    /// segment record says yet gets one at once, before anything else can
+    /// be appended, so no record is ever chained silently to a broken one.
+    fn check_on_open(&self) -> Result<Option<ChainBreak>, StoreError> {
+        let tail = {
+            let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+            let audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
+            let mut tail = Vec::new();
+            for item in audit
+                .iter()
+                .map_err(|e| self.err(e))?
+                .rev()
+                .take(OPEN_CHECK_RECORDS)
+            {
+                let (k, v) = item.map_err(|e| self.err(e))?;
+                tail.push((k.value(), v.value().to_vec()));
+            }
+            tail.reverse();
+            tail
+        };
+        let check = check_tail(&tail);
+        if let Some((seq, why)) = check.unmarked {
+            let next = tail.last().map_or(0, |(k, _)| k + 1);
+            let found = now();
+            let data = serde_json::json!({
+                "broken_at": seq,
+                "why": why,
+                "checked_from": tail.first().map_or(0, |(k, _)| *k),
+            });
+            let record = AuditRecord::chained(next, found, SEGMENT_KIND, data, GENESIS.into());
+            let bytes =
+                serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            // Past the cap too: one small record, and without it nothing
+            // could be appended honestly.
+            let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+            {
+                let mut audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
+                audit
+                    .insert(next, bytes.as_slice())
+                    .map_err(|e| self.err(e))?;
+                let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+                meta.insert(META_SEGMENT, next).map_err(|e| self.err(e))?;
+            }
+            tx.commit().map_err(|e| self.err(e))?;
+            return Ok(Some(ChainBreak {
+                seq,
+                why,
+                segment: next,
+                found,
+            }));
+        }
+        // A segment started at an earlier opening: the break it says.
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let meta = tx.open_table(META).map_err(|e| self.err(e))?;
+        let Some(segment) = check.segment.or(meta
+            .get(META_SEGMENT)
+            .map_err(|e| self.err(e))?
+            .map(|v| v.value()))
+        else {
+            return Ok(None);
+        };
+        let audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
+        let record = audit
+            .get(segment)
+            .map_err(|e| self.err(e))?
+            .and_then(|v| serde_json::from_slice::<AuditRecord>(v.value()).ok())
+            .filter(|r| r.kind == SEGMENT_KIND);
+        Ok(Some(match record {
+            Some(r) => ChainBreak {
+                seq: r.data["broken_at"].as_u64().unwrap_or(segment),
+                why: r.data["why"].as_str().unwrap_or_default().to_string(),
+                segment,
+                found: r.time,
+            },
+            None => ChainBreak {
+                seq: segment,
+                why: "the record that started a new segment after an earlier break is gone".into(),
+                segment,
+                found: now(),
+            },
+        }))
     }
 
     pub fn path(&self) -> &Path {
@@ -445,8 +659,49 @@ impl Store {
         Ok(out)
     }
 
-    /// Checks the whole audit chain.
+    /// Checks the whole audit chain. A break is reported where it is, with
+    /// what became of the segment started after it, if any.
     pub fn verify(&self) -> Result<Verification, StoreError> {
+        let v = self.verify_whole()?;
+        let (Verification::Broken { seq, why }, Some(b)) = (&v, &self.chain_break) else {
+            return Ok(v);
+        };
+        if b.segment <= *seq {
+            return Ok(v);
+        }
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
+        let mut records = Vec::new();
+        let mut unreadable = None;
+        for item in audit.range(b.segment..).map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            match serde_json::from_slice::<AuditRecord>(v.value()) {
+                Ok(r) => records.push((k.value(), r)),
+                Err(e) => {
+                    unreadable = Some((k.value(), e));
+                    break;
+                }
+            }
+        }
+        let segment = match (verify_run(records, b.segment), unreadable) {
+            (Verification::Broken { seq, why }, _) => {
+                format!("itself broken at record {seq}: {why}")
+            }
+            (Verification::Intact { .. }, Some((seq, e))) => {
+                format!("itself broken at record {seq}: it cannot be read ({e})")
+            }
+            (Verification::Intact { records, .. }, None) => format!("intact ({records} records)"),
+        };
+        Ok(Verification::Broken {
+            seq: *seq,
+            why: format!(
+                "{why}; the new segment started at record {} when the break was found is {segment}",
+                b.segment
+            ),
+        })
+    }
+
+    fn verify_whole(&self) -> Result<Verification, StoreError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let audit = tx.open_table(AUDIT).map_err(|e| self.err(e))?;
         let mut records = Vec::new();
@@ -708,6 +963,241 @@ mod tests {
             data,
             prev_hash: prev.into(),
         }
+    }
+
+    /// A store of `n` records (one commit), closed.
+    fn store_of(path: &Path, n: usize) {
+        let store = Store::open(path).unwrap();
+        let batch = Batch {
+            audit: (0..n)
+                .map(|i| ("test", serde_json::json!({ "i": i })))
+                .collect(),
+            ..Default::default()
+        };
+        assert!(store.commit(batch).unwrap());
+    }
+
+    /// Edits record `seq`'s data in place, its hash left as it was.
+    fn forge(path: &Path, seq: u64) {
+        let db = Database::open(path).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(AUDIT).unwrap();
+            let mut r: AuditRecord = decode(t.get(seq).unwrap().unwrap().value()).unwrap();
+            r.data = serde_json::json!({ "forged": true });
+            t.insert(seq, serde_json::to_vec(&r).unwrap().as_slice())
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+
+    #[test]
+    fn an_intact_store_opens_without_a_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        store_of(&path, 5);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.chain_break(), None);
+        assert_eq!(store.records().unwrap().len(), 5);
+        // A new store too.
+        let fresh = Store::open(&dir.path().join("new.redb")).unwrap();
+        assert_eq!(fresh.chain_break(), None);
+        assert!(fresh.records().unwrap().is_empty());
+    }
+
+    /// issue 41: a store whose chain broke while it was closed is found
+    /// broken on opening; a segment record goes in before anything else,
+    /// later records chain on from it, and the break stays reported.
+    #[test]
+    fn a_broken_chain_is_found_on_opening_and_a_new_segment_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        store_of(&path, 6);
+        forge(&path, 3);
+        let store = Store::open(&path).unwrap();
+        let b = store
+            .chain_break()
+            .expect("the break was not found")
+            .clone();
+        assert_eq!((b.seq, b.segment), (3, 6), "{b:?}");
+        assert_eq!(b.why, "its content does not match its hash (edited)");
+        let records = store.records().unwrap();
+        let segment = &records[6];
+        assert_eq!(segment.kind, SEGMENT_KIND);
+        assert_eq!(segment.prev_hash, GENESIS);
+        assert_eq!(segment.data["broken_at"], 3);
+        assert_eq!(segment.data["checked_from"], 0);
+        // What comes next chains to the segment, not to the broken chain.
+        let next = store.append("after", serde_json::json!({})).unwrap();
+        assert_eq!(
+            (next.seq, next.prev_hash.as_str()),
+            (7, segment.hash.as_str())
+        );
+        // The whole chain stays broken where it broke; the segment is
+        // checked on its own.
+        let Verification::Broken { seq, why } = store.verify().unwrap() else {
+            panic!("a broken chain verified");
+        };
+        assert_eq!(seq, 3);
+        assert!(
+            why.contains(
+                "the new segment started at record 6 when the break was found is intact (2 records)"
+            ),
+            "{why}"
+        );
+        drop(store);
+        // Opened again: the same break, from the segment's record, and no
+        // second segment.
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.chain_break(), Some(&b));
+        assert_eq!(store.records().unwrap().len(), 8);
+        // A break inside the new segment is a new break, with a segment
+        // of its own.
+        drop(store);
+        forge(&path, 7);
+        let store = Store::open(&path).unwrap();
+        let b2 = store.chain_break().unwrap();
+        assert_eq!((b2.seq, b2.segment), (7, 8), "{b2:?}");
+        let Verification::Broken { seq, why } = store.verify().unwrap() else {
+            panic!("a broken chain verified");
+        };
+        assert_eq!(seq, 3, "{why}");
+        assert!(why.contains("new segment started at record 8"), "{why}");
+    }
+
+    /// Each kind of break found on opening: a missing record, a reordered
+    /// pair, an unreadable record (the last one: nothing could be chained
+    /// to it at all), a record that says another number.
+    #[test]
+    fn every_kind_of_break_is_found_on_opening() {
+        type Edit = fn(&mut redb::Table<u64, &[u8]>);
+        let cases: [(Edit, u64, &str); 4] = [
+            (
+                |t| drop(t.remove(2).unwrap()),
+                2,
+                "record 2 is missing (next is 3)",
+            ),
+            (
+                |t| {
+                    let a = t.get(1).unwrap().unwrap().value().to_vec();
+                    let b = t.get(2).unwrap().unwrap().value().to_vec();
+                    t.insert(1, b.as_slice()).unwrap();
+                    t.insert(2, a.as_slice()).unwrap();
+                },
+                1,
+                "it says it is record 2",
+            ),
+            (
+                |t| drop(t.insert(4, b"{not json".as_slice()).unwrap()),
+                4,
+                "it cannot be read",
+            ),
+            (
+                |t| {
+                    let mut r: AuditRecord = decode(t.get(1).unwrap().unwrap().value()).unwrap();
+                    r.prev_hash = "f".repeat(64);
+                    r.hash =
+                        AuditRecord::compute_hash(r.seq, r.time, &r.kind, &r.data, &r.prev_hash);
+                    t.insert(1, serde_json::to_vec(&r).unwrap().as_slice())
+                        .unwrap();
+                },
+                1,
+                "it does not follow the record before it",
+            ),
+        ];
+        for (edit, seq, why) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state.redb");
+            store_of(&path, 5);
+            {
+                let db = Database::open(&path).unwrap();
+                let tx = db.begin_write().unwrap();
+                edit(&mut tx.open_table(AUDIT).unwrap());
+                tx.commit().unwrap();
+            }
+            let store = Store::open(&path).unwrap();
+            let b = store
+                .chain_break()
+                .unwrap_or_else(|| panic!("{why}: not found"));
+            assert_eq!(b.seq, seq, "{why}: {b:?}");
+            assert!(b.why.contains(why), "{why}: {b:?}");
+            assert_eq!(b.segment, 5, "{why}: {b:?}");
+            // Appending works after every kind, the unreadable last one too.
+            let r = store.append("after", serde_json::json!({})).unwrap();
+            assert_eq!(r.seq, 6, "{why}");
+        }
+    }
+
+    /// Only a record of the segment kind that starts again from the
+    /// genesis hash, after record 0, starts a segment: one of that kind
+    /// chained as usual is an ordinary record, and a record that starts
+    /// again from the genesis hash without being a segment is a break (a
+    /// chain restarted mid-way to hide what came before).
+    #[test]
+    fn only_a_segment_record_starts_a_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            for kind in [SEGMENT_KIND, "x", SEGMENT_KIND, "y"] {
+                store.append(kind, serde_json::json!({})).unwrap();
+            }
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.chain_break(), None);
+        assert!(matches!(
+            store.verify().unwrap(),
+            Verification::Intact { records: 4, .. }
+        ));
+        drop(store);
+        // Record 3 re-chained from the genesis hash, its own hash right.
+        {
+            let db = Database::open(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(AUDIT).unwrap();
+                let r: AuditRecord = decode(t.get(3).unwrap().unwrap().value()).unwrap();
+                let r = AuditRecord::chained(r.seq, r.time, &r.kind, r.data, GENESIS.into());
+                t.insert(3, serde_json::to_vec(&r).unwrap().as_slice())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let b = store
+            .chain_break()
+            .expect("a restarted chain was taken for a segment");
+        assert_eq!((b.seq, b.segment), (3, 4), "{b:?}");
+    }
+
+    /// The check on opening reads the last [`OPEN_CHECK_RECORDS`] records
+    /// and no more (bounded time whatever the store's size): a break just
+    /// inside is found; one just before is `audit --verify`'s to find.
+    #[test]
+    fn the_check_on_opening_reads_only_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let n = OPEN_CHECK_RECORDS + 2;
+        store_of(&path, n);
+        let first_checked = (n - OPEN_CHECK_RECORDS) as u64;
+        // The first record checked is taken on trust (its predecessor is
+        // not read), so a break in its link alone is not seen; its content
+        // is.
+        forge(&path, first_checked);
+        let store = Store::open(&path).unwrap();
+        let b = store.chain_break().expect("a break in the tail").clone();
+        assert_eq!(b.seq, first_checked);
+        drop(store);
+        let path = dir.path().join("older.redb");
+        store_of(&path, n);
+        forge(&path, first_checked - 1);
+        let store = Store::open(&path).unwrap();
+        // Not found on opening: the next record's link is taken on trust.
+        assert_eq!(store.chain_break(), None);
+        assert!(matches!(
+            store.verify().unwrap(),
+            Verification::Broken { seq, .. } if seq == first_checked - 1
+        ));
     }
 
     #[test]
