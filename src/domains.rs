@@ -39,26 +39,19 @@ pub struct Entry {
     pub root: PathBuf,
 }
 
-/// Bytes of the files under `dir` (not following symlinks; unreadable
-/// parts, e.g. State Anchor files of other sub-uids, are skipped).
+/// Bytes of the files under `dir` (not following symlinks, not even a
+/// folder the agent swaps for one while it is walked: every folder is
+/// opened by descriptor without following a link; unreadable parts, e.g.
+/// State Anchor files of other sub-uids, are skipped).
 pub fn size_of(dir: &Path) -> u64 {
+    use crate::git_sentry::nofollow;
     let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else {
-                total += m.len();
-            }
+    let _ = nofollow::walk(dir, &mut |_, st, _, _| {
+        if nofollow::kind(st) != nix::sys::stat::SFlag::S_IFDIR {
+            total += u64::try_from(st.st_size).unwrap_or(0);
         }
-    }
+        nofollow::Descend::Yes
+    });
     total
 }
 

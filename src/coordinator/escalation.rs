@@ -1279,6 +1279,9 @@ pub async fn execute(
             "the confinement (Landlock, seccomp) could not be applied, so the command did not run"
                 .to_string()
         }
+        Some(nix::libc::ESTALE) if confined => {
+            "the workspace changed while the command was being started (a `.git` or its working folder was replaced since it was checked), so it did not run; ask again".to_string()
+        }
         _ => e.to_string(),
     })?;
     let pid = child.id();

@@ -83,6 +83,17 @@ pub fn decode(text: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("not base64: {e}"))
 }
 
+/// Why a resize was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum ResizeError {
+    /// The session ended, or its host is gone: nothing to tell its client.
+    #[error("{0}")]
+    NotRunning(String),
+    /// The domain's screens would hold too much: the client is told.
+    #[error(transparent)]
+    OverBudget(#[from] super::bounds::OverBudget),
+}
+
 /// What `lazaret sessions` shows of one hosted session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostedInfo {
@@ -1327,18 +1338,16 @@ impl Hosted {
 
     /// The session's size, set by the client that last resized it; the
     /// others get the screen redrawn at that size.
-    pub fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), String> {
-        let link = self.running_link(id)?;
+    pub fn resize(&self, id: u32, rows: u16, cols: u16, conn: u64) -> Result<(), ResizeError> {
+        let link = self.running_link(id).map_err(ResizeError::NotRunning)?;
+        let gone = || ResizeError::NotRunning(format!("there is no session {id} in this domain"));
         let (rows, cols) = {
             let mut state = self.state.lock().expect("lock");
             if !state.sessions.contains_key(&id) {
-                return Err("no such session".into());
+                return Err(gone());
             }
-            let (rows, cols) = state
-                .screens
-                .resize(id, rows, cols)
-                .map_err(|e| e.to_string())?;
-            let s = state.sessions.get_mut(&id).ok_or("no such session")?;
+            let (rows, cols) = state.screens.resize(id, rows, cols)?;
+            let s = state.sessions.get_mut(&id).ok_or_else(gone)?;
             if (s.info.rows, s.info.cols) == (rows, cols) {
                 return Ok(());
             }
@@ -1355,7 +1364,7 @@ impl Hosted {
         };
         let mut size = rows.to_be_bytes().to_vec();
         size.extend_from_slice(&cols.to_be_bytes());
-        to_host(&link, Frame::new(kind::RESIZE, id, size))
+        to_host(&link, Frame::new(kind::RESIZE, id, size)).map_err(ResizeError::NotRunning)
     }
 
     /// Hangs a session up (SIGHUP to its process group).
@@ -1782,6 +1791,18 @@ mod tests {
             .unwrap();
         assert_ne!(three.info.id, refilled);
         until_shown(&mut third, "other").await;
+        // Sizes from clients are clamped and charged like any: a third
+        // screen of the largest size does not fit beside two.
+        use super::super::bounds::{MAX_COLS, MAX_ROWS};
+        hosted.resize(one.info.id, u16::MAX, u16::MAX, 1).unwrap();
+        hosted.resize(two.info.id, u16::MAX, u16::MAX, 2).unwrap();
+        let sizes: Vec<(u16, u16)> = hosted.list().iter().map(|s| (s.rows, s.cols)).collect();
+        assert_eq!(sizes[..2], [(MAX_ROWS, MAX_COLS); 2]);
+        let refused = hosted.resize(three.info.id, u16::MAX, u16::MAX, 3);
+        assert!(
+            matches!(refused, Err(ResizeError::OverBudget(_))),
+            "{refused:?}"
+        );
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while hosted
             .state

@@ -1950,12 +1950,17 @@ async fn serve_session(
                 session,
                 rows,
                 cols,
-            } => {
-                if let Some(h) = shared.hosted.get() {
-                    let _ = h.resize(session, rows, cols, conn);
-                }
-                continue;
-            }
+            } => match shared
+                .hosted
+                .get()
+                .map(|h| h.resize(session, rows, cols, conn))
+            {
+                // The session keeps its size; its client is told why.
+                Some(Err(e @ super::hosted::ResizeError::OverBudget(_))) => CoordMsg::Warning {
+                    message: e.to_string(),
+                },
+                _ => continue,
+            },
             ClientMsg::EndSession { session } => match shared.hosted.get() {
                 Some(h) => match h.hang_up(session) {
                     Ok(()) => {

@@ -139,7 +139,7 @@ impl View {
             }
             let fd = Fd(root);
             if fd_id(fd.0)? != self.root_id {
-                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
             for g in &self.guards {
                 let t = match beneath(fd.0, &g.rel, 0) {
@@ -148,15 +148,17 @@ impl View {
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
                     Err(e) => return Err(e),
                 };
-                // Swapped since the scan: refuse rather than guess.
+                // Swapped since the scan: refuse rather than guess
+                // (ESTALE, which the escalation server tells the agent as
+                // "the workspace changed").
                 if fd_id(t.0)? != g.id {
-                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                    return Err(io::Error::from_raw_os_error(libc::ESTALE));
                 }
                 bind_read_only(t.0)?;
             }
             let cwd = beneath(fd.0, &entry.cwd, libc::O_DIRECTORY)?;
             if fd_id(cwd.0)? != entry.cwd_id {
-                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
             if libc::fchdir(cwd.0) != 0 {
                 return Err(last());
