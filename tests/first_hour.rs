@@ -952,7 +952,7 @@ fn first_hour_walk_of_a_new_account() {
 
     // "Housekeeping": the stopped domain's folder goes.
     let domains = w.home.join(".local/share/lazaret/domains");
-    let (rc, out) = w.step("lazaret domains prune --older-than 0s", 60, &[]);
+    let (rc, out) = w.step("lazaret domains prune --older-than 0s --force", 60, &[]);
     assert_eq!(rc, 0, "{out}");
     let left: Vec<_> = std::fs::read_dir(&domains)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())

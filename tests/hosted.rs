@@ -373,7 +373,10 @@ fn farewells_are_true_and_their_hints_work_from_any_folder() {
     t.wait_for(30, "the same session, attached", |s| s.contains("MARK-42"));
     assert_eq!(sessions(&d).len(), 1);
     t.line("exit");
-    t.wait_for(30, "the session's end", |s| s.contains("EXIT="));
+    let s = t.wait_for(30, "the session's end", |s| s.contains("EXIT="));
+    // Joining a domain that was up replayed no start on the terminal
+    // (issue 43 item 4: every step at `[ 0.0s]`).
+    assert!(!s.contains("starting the Agent Sandbox"), "{s}");
     drop(t);
     d.wait_until_gone();
     // The workbench, quit with "end": the farewell says the session

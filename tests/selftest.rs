@@ -301,7 +301,11 @@ fn a_sandbox_that_is_not_gvisor_is_refused_or_marked_degraded() {
     // line by line (CR LF, no staircase), and the status line says FAILED.
     {
         let t = ui("");
-        let screen = t.wait_for(90, "the refusal", |s| s.contains("FAIL  runtime"));
+        // The report is printed before the tab learns the start failed:
+        // the status line says so a frame later.
+        let screen = t.wait_for(90, "the refusal, said on the status line", |s| {
+            s.contains("FAIL  runtime") && s.lines().last().is_some_and(|l| l.contains("FAILED"))
+        });
         let report_line = screen
             .lines()
             .find(|l| l.contains("FAIL  runtime"))

@@ -656,14 +656,16 @@ fn plain_prompt_type_ahead_and_cancel(profile: &'static str) {
         s.contains("is not in the code")
     });
     t.send(&["C-c"]);
-    let s = t.wait_for(30, "the denial", |s| s.contains("R2=77"));
-    assert!(s.contains("denied (Esc / Ctrl-C)"), "{s}");
-    assert!(!two.exists(), "a cancelled request ran");
-    // The third: q asks, y aborts; the exec ends with 130, saying why
-    // (not the 137 of a kill).
+    // The third prompt follows, the denial in the scrollback above it.
     t.wait_for(30, "the third prompt, armed", |s| {
         s.contains("ahead-three") && s.contains("code:")
     });
+    let history = t.tmux(&["capture-pane", "-p", "-J", "-S", "-", "-t", "0"]);
+    assert!(history.contains("R2=77"), "{history}");
+    assert!(history.contains("denied (Esc / Ctrl-C)"), "{history}");
+    assert!(!two.exists(), "a cancelled request ran");
+    // The third: q asks, y aborts; the exec ends with 130, saying why
+    // (not the 137 of a kill).
     t.send(&["-l", "q"]);
     t.wait_for(20, "the question", |s| {
         s.contains("abort: deny, and end this session?")

@@ -1678,7 +1678,12 @@ async fn serve_session(
     // Wait for the boot, forwarding every step (the state first: a step
     // is logged before the state that follows it is published).
     let mut boot = shared.boot.clone();
-    let mut sent = 0;
+    // A session that joins a domain already up is not shown a start that
+    // happened before it came (issue 43: every step at `[ 0.0s]`).
+    let mut sent = match *boot.borrow() {
+        Boot::Ready => shared.boot_log.lock().expect("lock").len(),
+        _ => 0,
+    };
     loop {
         let state = boot.borrow_and_update().clone();
         let steps: Vec<Step> = shared.boot_log.lock().expect("lock")[sent..].to_vec();

@@ -232,30 +232,10 @@ impl App {
         ]
     }
 
-    pub(super) fn draw<B: Backend>(&mut self, term: &mut Terminal<B>) -> Result<()>
-    where
-        B::Error: Send + Sync + 'static,
-    {
-        self.dirty = false;
-        if let Ok(size) = term.size() {
-            self.size = size;
-        }
-        self.egress_seen();
-        let (rows, cols) = self.pane_size();
-        for t in &self.tabs {
-            t.resize(rows, cols);
-        }
-        let areas = self.areas(self.size);
-        // Everything between the tab bar and the status line.
-        let body_area = match self.mode {
-            Mode::Shell => areas.pane,
-            Mode::Workbench => {
-                let top = areas.tabs.bottom();
-                Rect::new(0, top, self.size.width, areas.status.y.saturating_sub(top))
-            }
-        };
-        let infos = self.tab_infos();
-        let domain_text = self.tabs.get(self.focus).map(|t| match &t.domain {
+    /// The status line's domain part: the focused tab's domain and its
+    /// runtime, loud when it is not gVisor or degraded.
+    fn domain_text(&self) -> Option<String> {
+        self.tabs.get(self.focus).map(|t| match &t.domain {
             Some(d) if d.degraded.is_some() => format!(
                 "{} {} · !! DEGRADED ({}): self-test failed: {} !!",
                 d.profile,
@@ -285,8 +265,13 @@ impl App {
                 ),
                 _ => format!("{} · starting", t.launch.label),
             },
-        });
-        let message = match &self.input {
+        })
+    }
+
+    /// The status line's message: the line being typed, with its cursor,
+    /// else the last message.
+    fn status_message(&self) -> Option<String> {
+        match &self.input {
             Some(Input { kind, line }) => {
                 // The cursor as a block where it is.
                 let text = line.text();
@@ -311,9 +296,12 @@ impl App {
                 })
             }
             None => self.message.clone(),
-        };
-        // Requests that wait for this human, said on the status line for
-        // as long as they wait: they never take the keyboard (D15).
+        }
+    }
+
+    /// Requests that wait for this human, said on the status line for as
+    /// long as they wait: they never take the keyboard (decisions.md D15).
+    fn waiting_text(&self) -> Option<String> {
         let waiting_here = self.tabs.get(self.focus).map_or(0, |t| t.prompts.len());
         let waiting_all: usize =
             self.tabs.iter().map(|t| t.prompts.len()).sum::<usize>() + self.inboxed.len();
@@ -321,7 +309,7 @@ impl App {
             1 => "1 request waits".to_string(),
             n => format!("{n} requests wait"),
         };
-        let waiting = (waiting_all > 0).then(|| match waiting_here {
+        (waiting_all > 0).then(|| match waiting_here {
             0 => format!("⚑ {} · {} !", waits(waiting_all), self.prefix_text),
             n if n == waiting_all => format!("⚑ {} here · {} !", waits(n), self.prefix_text),
             n => format!(
@@ -329,7 +317,35 @@ impl App {
                 waits(n),
                 self.prefix_text
             ),
-        });
+        })
+    }
+
+    pub(super) fn draw<B: Backend>(&mut self, term: &mut Terminal<B>) -> Result<()>
+    where
+        B::Error: Send + Sync + 'static,
+    {
+        self.dirty = false;
+        if let Ok(size) = term.size() {
+            self.size = size;
+        }
+        self.egress_seen();
+        let (rows, cols) = self.pane_size();
+        for t in &self.tabs {
+            t.resize(rows, cols);
+        }
+        let areas = self.areas(self.size);
+        // Everything between the tab bar and the status line.
+        let body_area = match self.mode {
+            Mode::Shell => areas.pane,
+            Mode::Workbench => {
+                let top = areas.tabs.bottom();
+                Rect::new(0, top, self.size.width, areas.status.y.saturating_sub(top))
+            }
+        };
+        let infos = self.tab_infos();
+        let domain_text = self.domain_text();
+        let message = self.status_message();
+        let waiting = self.waiting_text();
         // The network panel shows the focused tab's domain only.
         let focused_hash = self
             .tabs
@@ -513,50 +529,9 @@ impl App {
                     f.render_widget(pane, areas.pane);
                 });
                 if let Some(p) = tab.prompts.front_mut().filter(|p| p.approval.is_open()) {
-                    let held = p.approval.held(Instant::now());
-                    if held {
-                        *redraw_at = p.approval.held_until();
-                    }
-                    // What the modal shows follows the state: the human's
-                    // edit, once submitted, is the command to read.
-                    p.request.command = p.approval.command().to_string();
-                    p.request.edited = p.approval.edited().is_some();
-                    p.request.code = p.approval.code().to_string();
-                    p.request.review_shown = p.approval.review_shown();
-                    let editor = match p.approval.mode() {
-                        approval::Mode::Reading | approval::Mode::ConfirmAbort => None,
-                        approval::Mode::Editing(line) => {
-                            Some((CommandEditor::showing(&line.text(), line.cursor()), false))
-                        }
-                        approval::Mode::Reason(line) => Some((
-                            CommandEditor::reason_showing(&line.text(), line.cursor()),
-                            true,
-                        )),
-                    };
-                    let note = p.approval.note();
-                    let mut modal = match &editor {
-                        None => ApprovalModal::new(&p.request)
-                            .held(held)
-                            .typed(p.approval.typed())
-                            .note(note),
-                        Some((ed, false)) => ApprovalModal::new(&p.request).editing(ed),
-                        Some((ed, true)) => ApprovalModal::new(&p.request).denying(ed),
-                    };
-                    if p.approval.mode() == &approval::Mode::ConfirmAbort {
-                        modal = modal.confirming_abort(&abort_scope);
-                    }
-                    let row = u16::try_from(p.approval.scroll()).unwrap_or(u16::MAX);
-                    p.view.set_scroll(row);
                     // The modal takes the width it needs: panels yield
                     // while it is open (issue 39: 80x24 with a panel open).
-                    f.render_stateful_widget(modal, body_area, &mut p.view);
-                    if editor.is_none() {
-                        p.approval.showed(
-                            usize::from(p.view.scroll()),
-                            usize::from(p.view.window()),
-                            usize::from(p.view.total()),
-                        );
-                    }
+                    draw_modal(f, p, body_area, &abort_scope, redraw_at);
                 }
             }
             f.render_widget(
@@ -601,5 +576,61 @@ impl App {
             );
         }
         Ok(())
+    }
+}
+
+/// An open request's modal over `area`, from its approval state; tells the
+/// approval which rows it showed, and when a held modal must be drawn
+/// again.
+fn draw_modal(
+    f: &mut ratatui::Frame<'_>,
+    p: &mut Pending,
+    area: Rect,
+    abort_scope: &str,
+    redraw_at: &mut Option<Instant>,
+) {
+    let held = p.approval.held(Instant::now());
+    if held {
+        *redraw_at = p.approval.held_until();
+    }
+    // What the modal shows follows the state: the human's
+    // edit, once submitted, is the command to read.
+    p.request.command = p.approval.command().to_string();
+    p.request.edited = p.approval.edited().is_some();
+    p.request.code = p.approval.code().to_string();
+    p.request.review_shown = p.approval.review_shown();
+    let editor = match p.approval.mode() {
+        approval::Mode::Reading | approval::Mode::ConfirmAbort => None,
+        approval::Mode::Editing(line) => {
+            Some((CommandEditor::showing(&line.text(), line.cursor()), false))
+        }
+        approval::Mode::Reason(line) => Some((
+            CommandEditor::reason_showing(&line.text(), line.cursor()),
+            true,
+        )),
+    };
+    let note = p.approval.note();
+    let mut modal = match &editor {
+        None => ApprovalModal::new(&p.request)
+            .held(held)
+            .typed(p.approval.typed())
+            .note(note),
+        Some((ed, false)) => ApprovalModal::new(&p.request).editing(ed),
+        Some((ed, true)) => ApprovalModal::new(&p.request).denying(ed),
+    };
+    if p.approval.mode() == &approval::Mode::ConfirmAbort {
+        modal = modal.confirming_abort(abort_scope);
+    }
+    let row = u16::try_from(p.approval.scroll()).unwrap_or(u16::MAX);
+    p.view.set_scroll(row);
+    // The modal takes the width it needs: panels yield
+    // while it is open (issue 39: 80x24 with a panel open).
+    f.render_stateful_widget(modal, area, &mut p.view);
+    if editor.is_none() {
+        p.approval.showed(
+            usize::from(p.view.scroll()),
+            usize::from(p.view.window()),
+            usize::from(p.view.total()),
+        );
     }
 }
