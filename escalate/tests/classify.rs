@@ -447,3 +447,49 @@ proptest! {
         );
     }
 }
+
+/// Mutation check (issue 41, scripts/mutants classify): the helpers the
+/// configuration and the coordinator call, each seen to decide.
+#[test]
+fn the_classifiers_helpers_decide() {
+    // The configuration refuses entries with this same test.
+    assert!(classify::has_forcing_characters("date;id"));
+    assert!(classify::has_forcing_characters("date\u{202e}"));
+    assert!(!classify::has_forcing_characters("date -u"));
+    // Versioned names are the program they version; others are not banned.
+    for banned in ["python3.12", "gcc-12", "perl5.36", "python"] {
+        assert!(
+            classify::banned_auto_approve_reason(banned).is_some(),
+            "{banned}"
+        );
+    }
+    for allowed in ["date", "uname", "wc"] {
+        assert_eq!(
+            classify::banned_auto_approve_reason(allowed),
+            None,
+            "{allowed}"
+        );
+    }
+}
+
+#[test]
+fn a_lone_prefix_mark_is_no_entry_and_network_is_only_for_the_entries_named() {
+    // `*` alone is not an empty prefix entry (which would match anything):
+    // it is refused as the character it is.
+    let (r, errors) = AutoApproveRules::new([vec!["*".to_string()]]);
+    assert!(r.is_empty());
+    assert!(
+        matches!(errors[..], [RuleError::ForcingCharacter { ch: '*', .. }]),
+        "{errors:?}"
+    );
+    let r = rules(&["date", "uname *"]);
+    assert_eq!(r.len(), 2);
+    assert!(!r.is_empty());
+    let argv = |s: &str| split(s).unwrap();
+    let opted = r.clone().with_network(&[argv("uname *")]);
+    assert_eq!(opted.len(), 2);
+    assert!(opted.matching(&argv("uname -a")).unwrap().network);
+    assert!(!opted.matching(&argv("date")).unwrap().network);
+    assert!(!r.matching(&argv("uname -a")).unwrap().network);
+    assert_eq!(opted.matching(&argv("uname -a")).unwrap().fixed, 1);
+}

@@ -394,6 +394,25 @@ mod tests {
 
     use super::*;
 
+    /// Mutation check (issue 41, scripts/mutants sidecar): the length
+    /// bounds at their edge, and digits and dots are an address however
+    /// few there are.
+    #[test]
+    fn names_are_bounded_at_their_edges() {
+        let label = "a".repeat(63);
+        assert!(normalize(&label).is_ok());
+        assert!(normalize(&format!("{label}a")).is_err());
+        // 253 characters in all: three labels of 63, one of 61.
+        let name = format!("{label}.{label}.{label}.{}", "b".repeat(61));
+        assert_eq!(name.len(), 253);
+        assert_eq!(normalize(&name), Ok(name.clone()));
+        assert!(normalize(&format!("{name}c")).is_err());
+        for address in ["123", "1.2.3", "10.0.2.2"] {
+            assert!(normalize(address).is_err(), "{address}");
+        }
+        assert!(normalize("web1.example").is_ok());
+    }
+
     #[test]
     fn patterns_parse_and_match() {
         let exact = NamePattern::parse("API.Example.com.").unwrap();

@@ -300,11 +300,25 @@ fn handle(packet: &[u8], shared: &Shared, udp: bool) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-fn decide(query: &Message, shared: &Shared) -> Message {
-    if query.metadata.op_code != OpCode::Query || query.queries.len() != 1 {
-        return reply(query, ResponseCode::NotImp);
+/// The one question of a standard query; anything else is answered
+/// NOTIMP (a query of no question or of several is the agent's to send).
+fn the_question(query: &Message) -> Option<&Query> {
+    match &query.queries[..] {
+        [q] if query.metadata.op_code == OpCode::Query => Some(q),
+        _ => None,
     }
-    let q = &query.queries[0];
+}
+
+/// Only addresses are looked up for the sandbox: other types of an
+/// allowed name (TXT, HTTPS, ...) get an empty answer.
+fn asks_for_addresses(q: &Query) -> bool {
+    q.query_class() == DNSClass::IN && matches!(q.query_type(), RecordType::A | RecordType::AAAA)
+}
+
+fn decide(query: &Message, shared: &Shared) -> Message {
+    let Some(q) = the_question(query) else {
+        return reply(query, ResponseCode::NotImp);
+    };
     let Some(name) = plain(q.name()) else {
         lock(shared).refuse(&q.name().to_ascii());
         return reply(query, ResponseCode::Refused);
@@ -318,11 +332,7 @@ fn decide(query: &Message, shared: &Shared) -> Message {
         eprintln!("lazaret-sidecar: refused {}", names::escape(&name));
         return reply(query, ResponseCode::Refused);
     }
-    // Only addresses are looked up for the sandbox: other types of an
-    // allowed name (TXT, HTTPS, ...) get an empty answer.
-    if q.query_class() != DNSClass::IN
-        || !matches!(q.query_type(), RecordType::A | RecordType::AAAA)
-    {
+    if !asks_for_addresses(q) {
         return reply(query, ResponseCode::NoError);
     }
     let upstream_answer = match forward(upstream, q) {
@@ -558,6 +568,104 @@ mod tests {
         let (records, addrs) = chain(&q, &answers);
         assert_eq!(records.len(), 2);
         assert_eq!(addrs, vec![(IpAddr::from([198, 51, 100, 7]), 60)]);
+    }
+
+    /// Mutation check (issue 41, scripts/mutants sidecar): a chain is
+    /// followed through several names up to its bound, and IPv6 answers
+    /// count for an AAAA question only.
+    #[test]
+    fn chains_are_followed_to_their_bound() {
+        let name = |i: usize| format!("n{i}.chain.test.");
+        let cname = |i: usize| {
+            rec(
+                &name(i),
+                RData::CNAME(CNAME(Name::from_ascii(name(i + 1)).unwrap())),
+            )
+        };
+        let ask = Query::query(Name::from_ascii(name(0)).unwrap(), RecordType::A);
+        for (links, counted) in [(2, true), (MAX_CHAIN, true), (MAX_CHAIN + 1, false)] {
+            let mut answers: Vec<Record> = (0..links).map(cname).collect();
+            answers.push(rec(&name(links), RData::A(A([198, 51, 100, 1].into()))));
+            let (_, addrs) = chain(&ask, &answers);
+            assert_eq!(!addrs.is_empty(), counted, "{links} links: {addrs:?}");
+            // In any order: a pass that took a link looks again.
+            answers.reverse();
+            let (_, addrs) = chain(&ask, &answers);
+            assert_eq!(!addrs.is_empty(), counted, "{links} links reversed");
+        }
+        let v6: std::net::Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let answers = vec![rec("v6.test.", RData::AAAA(v6.into()))];
+        let aaaa = Query::query(Name::from_ascii("v6.test.").unwrap(), RecordType::AAAA);
+        assert_eq!(chain(&aaaa, &answers).1, vec![(IpAddr::V6(v6), 60)]);
+        let a = Query::query(Name::from_ascii("v6.test.").unwrap(), RecordType::A);
+        assert!(chain(&a, &answers).1.is_empty());
+    }
+
+    /// Only the upstream's answer to the query sent is taken: its id, kind,
+    /// and its one question, type and name (case aside).
+    #[test]
+    fn only_the_answer_to_the_query_sent_is_taken() {
+        let q = Query::query(
+            Name::from_ascii("Api.Example.test.").unwrap(),
+            RecordType::A,
+        );
+        let sent = upstream_query(&q);
+        let answer = |edit: &dyn Fn(&mut Message)| {
+            let mut got = sent.clone();
+            got.metadata.message_type = MessageType::Response;
+            edit(&mut got);
+            matches(&sent, &got)
+        };
+        assert!(answer(&|_| {}));
+        assert!(!answer(&|m| m.metadata.id = m.metadata.id.wrapping_add(1)));
+        assert!(!answer(&|m| m.metadata.message_type = MessageType::Query));
+        assert!(!answer(&|m| {
+            m.add_query(Query::query(
+                Name::from_ascii("x.test.").unwrap(),
+                RecordType::A,
+            ));
+        }));
+        assert!(!answer(&|m| {
+            m.queries[0] = Query::query(
+                Name::from_ascii("api.example.test.").unwrap(),
+                RecordType::AAAA,
+            );
+        }));
+        assert!(!answer(&|m| {
+            m.queries[0] = Query::query(
+                Name::from_ascii("other.example.test.").unwrap(),
+                RecordType::A,
+            );
+        }));
+        assert!(answer(&|m| {
+            m.queries[0] = Query::query(
+                Name::from_ascii("API.EXAMPLE.TEST.").unwrap(),
+                RecordType::A,
+            );
+        }));
+    }
+
+    /// Mutation check (issue 41): a query is answered only when it is a
+    /// standard query of exactly one question, and looked up only for A
+    /// and AAAA of class IN.
+    #[test]
+    fn only_one_standard_question_is_looked_up_and_only_for_addresses() {
+        let q = |t: RecordType| Query::query(Name::from_ascii("a.test.").unwrap(), t);
+        let mut m = Message::query();
+        assert!(the_question(&m).is_none(), "no question");
+        m.add_query(q(RecordType::A));
+        assert!(the_question(&m).is_some());
+        m.metadata.op_code = OpCode::Notify;
+        assert!(the_question(&m).is_none(), "not a standard query");
+        m.metadata.op_code = OpCode::Query;
+        m.add_query(q(RecordType::AAAA));
+        assert!(the_question(&m).is_none(), "two questions");
+        assert!(asks_for_addresses(&q(RecordType::A)));
+        assert!(asks_for_addresses(&q(RecordType::AAAA)));
+        assert!(!asks_for_addresses(&q(RecordType::TXT)));
+        let mut chaos = q(RecordType::A);
+        chaos.set_query_class(DNSClass::CH);
+        assert!(!asks_for_addresses(&chaos));
     }
 
     #[test]

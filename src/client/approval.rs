@@ -710,9 +710,12 @@ mod tests {
             a.key(PromptKey::Backspace, now);
         }
         keys(&mut a, " -la", now);
+        assert_eq!(a.edited(), None, "an edit not yet submitted");
         // Enter alone approves nothing: the edit is read and the code typed.
         assert_eq!(a.key(PromptKey::Enter, now), Step::Asking);
         assert_eq!(a.command(), "ls -la");
+        // The modal marks the command as the human's edit from this.
+        assert_eq!(a.edited(), Some("ls -la"));
         assert!(!a.seen_whole_request());
         assert_eq!(keys(&mut a, "bcf", now), Step::Asking);
         a.showed(0, 10, 10);
@@ -720,6 +723,70 @@ mod tests {
             command: "ls -la".into(),
         };
         assert_eq!(keys(&mut a, "bcf", now), Step::Decided(edit));
+    }
+
+    /// Mutation check (issue 41, scripts/mutants approval): the keys that
+    /// read a request move it and say what they do; a letter inside a
+    /// code is only ever the code's next one (a `d` there denies nothing);
+    /// `l` shows the review only when there is one; a layout that showed
+    /// no row has not shown the end.
+    #[test]
+    fn reading_keys_move_the_request_and_letters_in_a_code_stay_in_it() {
+        let (mut a, now) = opened("date");
+        a.showed(0, 3, 10);
+        a.key(PromptKey::Down, now);
+        assert_eq!(a.scroll(), 1);
+        a.key(PromptKey::Up, now);
+        assert_eq!(a.scroll(), 0);
+        a.key(PromptKey::PageDown, now);
+        assert_eq!(a.scroll(), 3);
+        a.key(PromptKey::Down, now);
+        a.key(PromptKey::PageUp, now);
+        assert_eq!(a.scroll(), 1);
+        assert_eq!(a.key(PromptKey::Enter, now), Step::Asking);
+        assert!(
+            a.note()
+                .is_some_and(|n| n.contains("Enter answers nothing")),
+            "{:?}",
+            a.note()
+        );
+
+        let (mut a, now) = opened("date");
+        assert_eq!(a.key(PromptKey::Char('b'), now), Step::Asking);
+        assert_eq!(a.key(PromptKey::Char('d'), now), Step::Asking);
+        assert_eq!(
+            a.mode(),
+            &Mode::Reading,
+            "a d inside the code opened the denial"
+        );
+        assert!(
+            a.note().is_some_and(|n| n.contains("not in the code")),
+            "{:?}",
+            a.note()
+        );
+
+        let (mut a, now) = opened("make");
+        assert_eq!(a.key(PromptKey::Char('l'), now), Step::Asking);
+        assert!(!a.review_shown());
+        assert!(
+            a.note().is_some_and(|n| n.contains("no review")),
+            "{:?}",
+            a.note()
+        );
+        let mut p = prompt("make");
+        p.review = vec!["! Makefile: executed by host tools".into()];
+        let mut a = Approval::new(p, "bcf".into());
+        a.open(now - ARMING);
+        a.showed(0, 10, 10);
+        a.key(PromptKey::Char('l'), now);
+        assert!(a.review_shown());
+        a.key(PromptKey::Char('l'), now);
+        assert!(!a.review_shown());
+
+        let mut a = Approval::new(prompt("date"), "bcf".into());
+        a.open(now - ARMING);
+        a.showed(1, 0, 1);
+        assert!(!a.seen_whole_request(), "no row shown, yet seen whole");
     }
 
     #[test]

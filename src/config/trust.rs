@@ -517,6 +517,60 @@ env = { A = "a" }
         assert_eq!(keys(LOWER, up), Vec::<String>::new());
     }
 
+    /// Mutation check (issue 41, scripts/mutants trust): a network key
+    /// other than the two lists, or escalation turned back on, is no
+    /// narrowing (the same value is); a bare file name is keyed by the
+    /// folder it is in.
+    #[test]
+    fn other_keys_widen_unless_unchanged_and_a_bare_name_is_keyed_by_its_folder() {
+        let lower = "[network]\nallow_domains = [\"a.example\"]\n[escalation]\nenabled = false";
+        assert_eq!(
+            keys(lower, "[network]\nallow_domains = [\"evil.example\"]"),
+            vec!["network.allow_domains".to_string()]
+        );
+        assert_eq!(
+            keys(lower, "[network]\nallow_domains = [\"a.example\"]"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            keys(lower, "[escalation]\nenabled = true"),
+            vec!["escalation.enabled".to_string()]
+        );
+        assert_eq!(
+            keys(lower, "[escalation]\nenabled = false"),
+            Vec::<String>::new()
+        );
+        let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+        assert_eq!(
+            trust_key(Path::new("lazaret.toml")),
+            here.join("lazaret.toml")
+        );
+    }
+
+    /// The reason a profile key is refused says what it would change (the
+    /// runtime's is the one `lazaret` prints when a file leaves gVisor).
+    #[test]
+    fn a_refused_profile_key_says_what_it_changes() {
+        let why = |upper: &str| -> Vec<String> {
+            widening_keys(&t(LOWER), &t(upper), &BTreeMap::new())
+                .into_iter()
+                .map(|w| w.why)
+                .collect()
+        };
+        for (upper, reason) in [
+            ("[profiles.dev]\nimage = \"evil\"", "changes the image"),
+            ("[profiles.dev]\ncommand = \"sh\"", "changes the command"),
+            ("[profiles.dev]\nruntime = \"runc\"", "leaves gVisor"),
+            (
+                "[profiles.dev]\nworkspace_mode = \"direct\"",
+                "changes how the workspace",
+            ),
+        ] {
+            let why = why(upper);
+            assert!(why.iter().any(|w| w.contains(reason)), "{upper}: {why:?}");
+        }
+    }
+
     #[test]
     fn widening_keys_are_named() {
         let cases = [

@@ -138,6 +138,47 @@ mod tests {
         assert!(wide["bounded"].as_str().unwrap().contains("over the"));
     }
 
+    /// Mutation check (issue 41, scripts/mutants store): each bound at its
+    /// edge, for lists and objects alike, and what a cut field says of
+    /// itself (its real digest, a preview cut at a character boundary).
+    #[test]
+    fn each_bound_holds_at_its_edge() {
+        let list = |n: usize| record(serde_json::json!({ "l": vec![1; n] }));
+        assert_eq!(
+            list(FIELD_ITEMS)["l"].as_array().unwrap().len(),
+            FIELD_ITEMS
+        );
+        let keys = |n: usize| {
+            let map: Map<String, Value> =
+                (0..n).map(|i| (format!("k{i}"), Value::from(i))).collect();
+            record(serde_json::json!({ "o": map }))
+        };
+        assert_eq!(
+            keys(FIELD_ITEMS)["o"].as_object().unwrap().len(),
+            FIELD_ITEMS
+        );
+        let over = keys(FIELD_ITEMS + 44);
+        assert_eq!(over["o"].as_object().unwrap().len(), FIELD_ITEMS + 1);
+        assert_eq!(over["o"]["more_items"], 44);
+        // Objects nest no deeper than lists do.
+        let mut deep = Value::Null;
+        for _ in 0..100 {
+            deep = serde_json::json!({ "d": deep });
+        }
+        assert!(record(deep).to_string().contains("deeper_than"));
+        let mut shallow = Value::Null;
+        for _ in 0..DEPTH - 1 {
+            shallow = serde_json::json!({ "d": shallow });
+        }
+        assert_eq!(record(shallow.clone()), shallow);
+        // One byte, then two-byte characters: the bound falls inside one.
+        let odd = format!("a{}", "é".repeat(5000));
+        let cut = text(&odd, FIELD_BYTES);
+        assert_eq!(cut["preview"].as_str().unwrap().len(), FIELD_BYTES - 1);
+        assert_eq!(cut["sha256"], hex::encode(Sha256::digest(odd.as_bytes())));
+        assert_eq!(cut["bytes"], odd.len());
+    }
+
     /// Round 4's flood through the store itself: 700 `session-adopt`
     /// records, each with a 256 KiB announced argv, as the coordinator
     /// wrote them. The file stays small, the chain verifies, and an

@@ -881,6 +881,44 @@ mod tests {
         assert!(std::fs::metadata(&path).unwrap().len() < (2 << 20) + (1 << 20));
     }
 
+    /// A batch may use the reserve only when every part of it is
+    /// supervision: one request, decision, sighting or agent-caused audit
+    /// record beside the sessions keeps it out.
+    #[test]
+    fn only_a_batch_of_supervision_alone_may_use_the_reserve() {
+        let session = || Batch {
+            sessions: vec![("s".into(), serde_json::json!({}))],
+            audit: vec![("session-start", serde_json::json!({}))],
+            ..Default::default()
+        };
+        assert!(session().is_supervision());
+        assert!(Batch::default().is_supervision());
+        let with_sighting = Batch {
+            first_sighting: Some("k".into()),
+            ..session()
+        };
+        let with_request = Batch {
+            requests: vec![("r".into(), serde_json::json!({}))],
+            ..session()
+        };
+        let with_decision = Batch {
+            decisions: vec![("r".into(), serde_json::json!({}))],
+            ..session()
+        };
+        let mut with_agent_record = session();
+        with_agent_record
+            .audit
+            .push(("escalation-refused", serde_json::json!({})));
+        for (what, b) in [
+            ("a sighting", with_sighting),
+            ("a request", with_request),
+            ("a decision", with_decision),
+            ("an agent-caused record", with_agent_record),
+        ] {
+            assert!(!b.is_supervision(), "a batch with {what} used the reserve");
+        }
+    }
+
     #[test]
     fn supervision_records_are_written_in_the_reserve() {
         let dir = tempfile::tempdir().unwrap();

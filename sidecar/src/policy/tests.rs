@@ -654,3 +654,32 @@ fn changing_one_prefix_adds_the_new_rule_before_deleting_the_old() {
         ]
     );
 }
+
+/// Mutation check (issue 41, scripts/mutants sidecar): between rules of
+/// the same network and kind, the first written decides and is the one
+/// named (in the decision and in the live table), and a CIDR with host
+/// bits is refused by the parser the host uses.
+#[test]
+fn the_first_of_equal_rules_decides_and_host_bits_are_refused() {
+    let p = Policy::new(PolicySpec {
+        default_allow: vec![
+            SpecRule::with_origin(net("192.0.2.0/24"), "first"),
+            SpecRule::with_origin(net("192.0.2.0/24"), "second"),
+        ],
+        ..PolicySpec::default()
+    })
+    .unwrap();
+    let d = p.why(addr("192.0.2.7"));
+    assert_eq!(d.verdict, Verdict::Allow);
+    assert!(d.source.to_string().contains("first"), "{}", d.source);
+    let entry = p.entry(&net("192.0.2.0/24")).unwrap();
+    assert!(
+        entry.source.to_string().contains("first"),
+        "{}",
+        entry.source
+    );
+    assert_eq!(parse_cidr("192.0.2.0/24"), Ok(net("192.0.2.0/24")));
+    assert_eq!(parse_cidr("10.1.2.3"), Ok(net("10.1.2.3/32")));
+    let err = parse_cidr("192.0.2.7/24").unwrap_err();
+    assert!(err.contains("192.0.2.0/24"), "{err}");
+}

@@ -154,7 +154,15 @@ impl View {
                 if fd_id(t.0)? != g.id {
                     return Err(io::Error::from_raw_os_error(libc::ESTALE));
                 }
-                bind_read_only(t.0)?;
+                match bind_read_only(t.0) {
+                    Ok(()) => {}
+                    // Removed between its open and its bind (a mount on
+                    // a deleted folder is ENOENT): nothing left there to
+                    // protect, and whatever takes its name is new, so the
+                    // walk after the command sees it.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) => return Err(e),
+                }
             }
             let cwd = beneath(fd.0, &entry.cwd, libc::O_DIRECTORY)?;
             if fd_id(cwd.0)? != entry.cwd_id {
