@@ -59,6 +59,7 @@ fn confined_commands_keep_to_the_workspace() {
     }
     std::fs::write(base.join("secret"), "CANARY-SECRET-4711").unwrap();
     std::fs::write(ws.join("lazaret.toml"), "# user's").unwrap();
+    std::fs::write(ws.join("README"), "top\n").unwrap();
     std::fs::write(ws.join("sub/file"), "inside").unwrap();
     std::os::unix::fs::symlink("../secret", ws.join("sub/out")).unwrap();
     let sock = base.join("control.sock");
@@ -143,6 +144,14 @@ t.start(); t.join()'",
     );
     assert!(ws.join("sub/d/e").is_dir());
     assert!(ws.join("sub/threaded").exists());
+    // A file at the top that was there before may be written (new ones
+    // may not, above).
+    let (code, out) = sh(&root, "sub", "echo more >> ../README", true, false);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("README")).unwrap(),
+        "top\nmore\n"
+    );
     // A new process is refused (a shell's first of two commands forks).
     let (code, out) = sh(&root, "sub", "/bin/true; /bin/true", true, false);
     assert!(code != 0 && out.contains("fork"), "{code}: {out}");
@@ -245,12 +254,14 @@ mod socket {
     use std::sync::atomic::{AtomicU8, Ordering};
     use std::sync::{Arc, Mutex};
 
+    use lazaret::config::WorkspaceMode;
     pub use lazaret::coordinator::escalation::Verdict;
     use lazaret::coordinator::escalation::{
         AuditLog, EscalationServer, ExecLimits, Outcome, Prompt, RequestLimits, SessionDirectory,
         Setup,
     };
     use lazaret::coordinator::store::{Batch, Store};
+    use lazaret::git_sentry::WorkspaceLayout;
     use lazaret_escalate::Response;
     use lazaret_escalate::client::{Settings, build_request, exchange};
     use lazaret_escalate::ed25519_dalek::VerifyingKey;
@@ -268,7 +279,7 @@ mod socket {
         key: VerifyingKey,
         /// What the human answers each prompt; `None`: nobody is attached.
         answer: Option<Verdict>,
-        asked: Arc<Mutex<Vec<String>>>,
+        asked: Arc<Mutex<Vec<Prompt>>>,
     }
 
     impl SessionDirectory for Sessions {
@@ -277,7 +288,7 @@ mod socket {
         }
         fn ask(&self, prompt: Prompt) -> Option<tokio::sync::oneshot::Receiver<Verdict>> {
             let answer = self.answer.clone()?;
-            self.asked.lock().unwrap().push(prompt.command);
+            self.asked.lock().unwrap().push(prompt);
             let (tx, rx) = tokio::sync::oneshot::channel();
             let _ = tx.send(answer);
             Some(rx)
@@ -321,8 +332,8 @@ mod socket {
         pub ws: PathBuf,
         /// Which writes fail: [`WRITES_OK`], [`NO_WRITE`], [`NO_DECISION`].
         pub failing: Arc<AtomicU8>,
-        /// The commands the human was asked about.
-        pub asked: Arc<Mutex<Vec<String>>>,
+        /// What the human was asked.
+        pub asked: Arc<Mutex<Vec<Prompt>>>,
         pub store: Arc<Store>,
         settings: Settings,
         cred: SessionCredential,
@@ -351,7 +362,17 @@ mod socket {
                 escalation_dir: &base.join("esc"),
                 certs_dir: &base.join("certs"),
                 host_workspace: &ws,
-                layout: None,
+                // A folder that is no repository, in direct mode: what
+                // the agent's programs are is still judged.
+                layout: Some(
+                    WorkspaceLayout::decide(
+                        &ws,
+                        &base.join("domain"),
+                        "lazaret/agent-dev",
+                        Some(WorkspaceMode::Direct),
+                    )
+                    .unwrap(),
+                ),
                 // As the coordinator passes them: every entry, and
                 // those that opted in again.
                 auto_approve: &argvs(&[auto_approve, network].concat()),
@@ -404,6 +425,16 @@ mod socket {
         pub fn send(&self, command: &str) -> Response {
             let req = build_request(&self.cred, "dev", "/workspace/sub", command, "test").unwrap();
             exchange(&self.settings, &req).unwrap()
+        }
+
+        /// Every prompt the human was asked, in order.
+        pub fn prompts(&self) -> Vec<Prompt> {
+            self.asked.lock().unwrap().clone()
+        }
+
+        /// The commands the human was asked about, in order.
+        pub fn asked(&self) -> Vec<String> {
+            self.prompts().into_iter().map(|p| p.command).collect()
         }
 
         pub fn fail(&self, which: u8) {
@@ -461,7 +492,7 @@ fn a_human_approval_that_cannot_be_audited_does_not_run() {
     assert!(!approving.ws.join("sub/approved").exists(), "it ran");
     // The human was asked (the request itself was recorded): it is the
     // decision's record alone that was missing.
-    assert_eq!(*approving.asked.lock().unwrap(), vec!["touch approved"]);
+    assert_eq!(approving.asked(), vec!["touch approved"]);
     assert!(approving.decisions().is_empty());
     // An edit is a decision too.
     let editing = socket::Socket::new(
@@ -518,6 +549,85 @@ fn an_argument_leading_out_through_a_symlink_goes_to_a_human() {
     let r = s.send("cat near");
     assert_eq!(r.status, Status::Approved, "{r:?}");
     assert_eq!(r.stdout, "inside");
+    // A path that does not exist yet is judged by the part that does: out
+    // through the symlink, or inside.
+    for (command, out) in [
+        ("cat link/new", true),
+        ("cat up/../../new", true),
+        ("cat new/x", false),
+    ] {
+        let r = s.send(command);
+        let refused = r
+            .denied_reason
+            .as_deref()
+            .is_some_and(|w| w.contains("outside the workspace"));
+        assert_eq!(refused, out, "{command}: {r:?}");
+    }
+    // A FIFO the agent names is judged without being opened: the judge
+    // does not wait for a writer that never comes (`ls` does not open it).
+    let s = socket::Socket::new(&["ls *"], &[], None);
+    nix::unistd::mkfifo(&s.ws.join("sub/pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let r = s.send("ls pipe");
+    assert_eq!(r.status, Status::Approved, "{r:?}");
+    assert_eq!(r.stdout.trim(), "pipe", "{r:?}");
+}
+
+/// What the judge asks the human: the reason for asking, what of the
+/// agent's the command will run (with the review), a denial's reason as
+/// the human wrote it (or a default for a blank one), and the decision's
+/// record with the exact argv when the command is short.
+#[test]
+fn the_human_is_asked_with_what_the_command_runs_of_the_agents() {
+    use lazaret_escalate::Status;
+    use socket::Verdict;
+    let deny = |reason: &str| Verdict::Deny {
+        reason: Some(reason.into()),
+    };
+    let s = socket::Socket::new(&["date"], &[], Some(deny("not now")));
+    std::fs::write(s.ws.join("sub/build.sh"), "#!/bin/sh\necho agent\n").unwrap();
+    let r = s.send("./build.sh --all");
+    assert_eq!(r.status, Status::Denied, "{r:?}");
+    assert_eq!(r.denied_reason.as_deref(), Some("not now"), "{r:?}");
+    let asked = s.prompts();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].reads.iter().any(|l| l.contains("./build.sh")),
+        "{asked:?}"
+    );
+    assert!(!asked[0].review.is_empty(), "{asked:?}");
+    // A command that runs nothing of the agent's comes without either.
+    let _ = s.send("uname -a");
+    let asked = s.prompts();
+    assert!(
+        asked[1].reads.is_empty() && asked[1].review.is_empty(),
+        "{asked:?}"
+    );
+
+    let blank = socket::Socket::new(&["date"], &[], Some(deny("  ")));
+    let r = blank.send("uname");
+    assert_eq!(
+        r.denied_reason.as_deref(),
+        Some("denied by the human"),
+        "{r:?}"
+    );
+
+    // The decision's record keeps the argv of a short command; a long one
+    // is kept as a hash and a preview, with no argv.
+    let records = |s: &socket::Socket| -> Vec<serde_json::Value> {
+        s.store
+            .records()
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.kind == "escalation-decision")
+            .map(|r| r.data)
+            .collect()
+    };
+    let argv = &records(&s)[0]["argv"];
+    assert_eq!(argv, &serde_json::json!(["./build.sh", "--all"]), "{argv}");
+    let long = format!("echo {}", "x".repeat(2000));
+    let _ = s.send(&long);
+    let last = records(&s).pop().unwrap();
+    assert!(last["argv"].is_null(), "{last}");
 }
 
 /// A TCP listener on loopback that counts the connections it accepts.

@@ -205,26 +205,24 @@ impl WorkspaceRoot {
     }
 
     /// Whether `candidate`, relative to `cwd` (relative to the root),
-    /// leads out of the workspace. A path that does not exist yet is
-    /// judged by the part of it that does.
+    /// leads out of the workspace. A path that does not exist yet stays
+    /// inside: its resolution stopped at the missing part, beneath the
+    /// root (a `..` or symlink out before it is refused first). `O_PATH`
+    /// opens nothing: a FIFO the agent names does not block the judge.
     fn leads_out(&self, cwd: &Path, candidate: &str) -> bool {
-        let mut path = cwd.join(candidate);
+        let path = cwd.join(candidate);
+        let rel = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &path
+        };
         let how = OpenHow::new()
             .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        loop {
-            let rel = if path.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                &path
-            };
-            match openat2(self.fd.as_fd(), rel, how) {
-                Ok(_) => return false,
-                Err(Errno::EXDEV | Errno::ELOOP) => return true,
-                Err(Errno::ENOENT) if path.pop() => continue,
-                Err(_) => return false,
-            }
-        }
+        matches!(
+            openat2(self.fd.as_fd(), rel, how),
+            Err(Errno::EXDEV | Errno::ELOOP)
+        )
     }
 
     /// A [`PathProbe`] for arguments of a command running in `cwd`.

@@ -187,6 +187,33 @@ struct Budget {
     pending: usize,
 }
 
+impl Budget {
+    /// A full bucket at `now`.
+    fn new(limits: &RequestLimits, now: Instant) -> Budget {
+        Budget {
+            tokens: f64::from(limits.burst.max(1)),
+            at: now,
+            pending: 0,
+        }
+    }
+
+    /// Refills for the time since the last request, then takes one token;
+    /// `false` (nothing taken) when less than one is left.
+    fn take(&mut self, limits: &RequestLimits, now: Instant) -> bool {
+        let burst = f64::from(limits.burst.max(1));
+        let refill = now.saturating_duration_since(self.at).as_secs_f64()
+            * f64::from(limits.per_minute)
+            / 60.0;
+        self.tokens = (self.tokens + refill).min(burst);
+        self.at = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
 /// Limits on what an approved command may do.
 #[derive(Debug, Clone, Copy)]
 pub struct ExecLimits {
@@ -688,23 +715,15 @@ impl EscalationServer {
     fn admit(&self, session: &str) -> Result<(), String> {
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let burst = f64::from(self.requests.burst.max(1));
-        let b = budgets.entry(session.to_string()).or_insert(Budget {
-            tokens: burst,
-            at: now,
-            pending: 0,
-        });
-        let refill =
-            now.duration_since(b.at).as_secs_f64() * f64::from(self.requests.per_minute) / 60.0;
-        b.tokens = (b.tokens + refill).min(burst);
-        b.at = now;
-        if b.tokens < 1.0 {
+        let b = budgets
+            .entry(session.to_string())
+            .or_insert_with(|| Budget::new(&self.requests, now));
+        if !b.take(&self.requests, now) {
             return Err(format!(
                 "this session sent too many requests (at most {} at once, then {} a minute); nothing ran, try again later",
                 self.requests.burst, self.requests.per_minute
             ));
         }
-        b.tokens -= 1.0;
         Ok(())
     }
 
@@ -1336,6 +1355,38 @@ pub async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The token bucket of decisions.md D9, on a clock the test sets: a
+    /// burst at once, then `per_minute` a minute, never more than the burst
+    /// saved up.
+    #[test]
+    fn a_session_sends_its_burst_then_its_rate() {
+        let limits = RequestLimits {
+            burst: 3,
+            per_minute: 6,
+            ..RequestLimits::default()
+        };
+        let t0 = Instant::now();
+        let mut b = Budget::new(&limits, t0);
+        for i in 0..3 {
+            assert!(b.take(&limits, t0), "request {i} of the burst");
+        }
+        assert!(!b.take(&limits, t0), "a fourth at once");
+        // Six a minute: one more after ten seconds, not before.
+        assert!(!b.take(&limits, t0 + Duration::from_secs(9)));
+        assert!(b.take(&limits, t0 + Duration::from_millis(10_500)));
+        assert!(!b.take(&limits, t0 + Duration::from_millis(10_600)));
+        // An hour idle saves up the burst, no more.
+        let later = t0 + Duration::from_secs(3_600);
+        for i in 0..3 {
+            assert!(b.take(&limits, later), "request {i} after an hour");
+        }
+        assert!(!b.take(&limits, later), "more than the burst saved up");
+        // A refused request takes nothing: the next is let through when
+        // its token has come.
+        assert!(!b.take(&limits, later + Duration::from_secs(5)));
+        assert!(b.take(&limits, later + Duration::from_secs(10)));
+    }
 
     #[test]
     fn refusals_are_audited_one_by_one_then_counted_by_stage() {

@@ -516,6 +516,33 @@ mod tests {
         assert_eq!(mode(&linked) & 0o777, 0o666 & !umask());
     }
 
+    /// The read-only view guards every `.git` folder and gitfile the scan
+    /// finds, at any depth, and nothing else: not a `.git` symlink (its
+    /// target is not the workspace's to protect), not what lies beneath a
+    /// `.git` (it is covered by its guard).
+    #[test]
+    fn the_scan_guards_every_git_folder_and_file_and_no_symlink() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        for d in [".git/modules/.git", "a/b/.git", "c"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("c/.git"), "gitdir: ../.git/modules/c").unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::os::unix::fs::symlink("/tmp", root.join("d/.git")).unwrap();
+        let view = View::scan(&root).unwrap();
+        let mut guarded: Vec<_> = view
+            .guards
+            .iter()
+            .map(|g| g.rel.to_str().unwrap().to_string())
+            .collect();
+        guarded.sort();
+        assert_eq!(guarded, [".git", "a/b/.git", "c/.git"]);
+        // The symlink is still seen (a new `.git` after the command is
+        // what the quarantine looks for), only not guarded.
+        assert_eq!(view.git_before.len(), 4);
+    }
+
     fn umask() -> u32 {
         let m = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
         nix::sys::stat::umask(m);
