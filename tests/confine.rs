@@ -172,6 +172,16 @@ fn the_working_directory_is_opened_beneath_the_workspace_and_held() {
     for bad in ["away", "abs", "../", "sub/../../home"] {
         assert!(root.pin(Path::new(bad)).is_err(), "{bad}");
     }
+    // Only a folder is a working directory: not a file, and not a FIFO
+    // (which must not be opened: the judge would wait for a writer).
+    nix::unistd::mkfifo(&ws.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for not_a_folder in ["sub/marker", "pipe"] {
+        let e = root.pin(Path::new(not_a_folder)).unwrap_err();
+        assert!(
+            e.to_string().contains("Not a directory"),
+            "{not_a_folder}: {e}"
+        );
+    }
     // A symlink that stays inside is followed, and shown as what it is.
     assert_eq!(root.pin(Path::new("inner")).unwrap().host, ws.join("sub"));
 
