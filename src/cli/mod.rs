@@ -140,6 +140,20 @@ enum Command {
         #[arg(long, default_value = "C-a")]
         prefix: String,
     },
+    /// Name session N of the domain for every client (workbench tabs,
+    /// `lazaret sessions`); an empty NAME takes the name away.
+    Rename {
+        /// The session's number in its domain (see `lazaret sessions`).
+        session: u32,
+        /// At most 32 characters.
+        name: String,
+        /// The profile (default: `default_profile`, or the only profile).
+        #[arg(long, short = 'p')]
+        profile: Option<String>,
+        /// Workspace folder (default: the current folder).
+        #[arg(long, short)]
+        workspace: Option<PathBuf>,
+    },
     /// List the sessions that live in this user's running domains (they
     /// outlive the clients that show them), attached or not.
     Sessions {
@@ -635,6 +649,19 @@ pub fn run() -> Result<ExitCode> {
             &prefix,
         )),
         Command::Sessions { json } => session::sessions(&env, json),
+        Command::Rename {
+            session,
+            name,
+            profile,
+            workspace,
+        } => session::rename(
+            &cli.config,
+            &env,
+            profile.as_deref(),
+            workspace.as_deref(),
+            session,
+            &name,
+        ),
         Command::Exec { domain, command } => passing_codes_through(session::exec(
             &cli.config,
             &env,

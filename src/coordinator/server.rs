@@ -1966,6 +1966,13 @@ async fn serve_session(
                 },
                 _ => continue,
             },
+            ClientMsg::Rename { session, name } => match shared.hosted.get() {
+                Some(h) => match h.rename(session, &name) {
+                    Ok(()) => CoordMsg::Sessions { sessions: h.list() },
+                    Err(message) => CoordMsg::Error { message },
+                },
+                None => no_hosting(),
+            },
             ClientMsg::EndSession { session } => match shared.hosted.get() {
                 Some(h) => match h.hang_up(session) {
                     Ok(()) => {
