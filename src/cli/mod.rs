@@ -1289,12 +1289,23 @@ fn image_list(json: bool) -> Result<ExitCode> {
     );
     let untagged = rows.iter().filter(|r| r.dangling()).count();
     for row in rows {
-        let name = row
+        // The name profiles use (`:latest`) first, then the image's other
+        // tags (an agent's version is its own column).
+        let version = row.version();
+        let latest = row.names.iter().find(|n| n.ends_with(":latest"));
+        let others: Vec<&str> = row
             .names
             .iter()
-            .find(|n| !n.ends_with(":latest"))
+            .filter(|n| Some(*n) != latest)
+            .filter_map(|n| n.rsplit_once(':').map(|(_, tag)| tag))
+            .filter(|tag| version.as_deref() != Some(*tag))
+            .collect();
+        let name = latest
             .or(row.names.first())
-            .cloned()
+            .map(|n| match (latest, others.is_empty()) {
+                (Some(_), false) => format!("{n} (also :{})", others.join(", :")),
+                _ => n.clone(),
+            })
             .unwrap_or_else(|| {
                 let id: String = row.id.chars().take(12).collect();
                 match row.repository() {
@@ -1315,7 +1326,7 @@ fn image_list(json: bool) -> Result<ExitCode> {
             "{:<48} {:<8} {:<12} {:>8} {:>7.1} MB",
             name,
             row.agent().unwrap_or_else(|| "-".into()),
-            row.version().unwrap_or_else(|| "-".into()),
+            version.unwrap_or_else(|| "-".into()),
             age,
             row.size as f64 / 1e6
         );
