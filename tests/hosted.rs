@@ -393,3 +393,112 @@ fn farewells_are_true_and_their_hints_work_from_any_folder() {
     assert!(!joined.contains("keeps running"), "{s}");
     d.wait_until_gone();
 }
+
+/// `lazaret rename` for this domain's session `n`: its exit status and
+/// what it printed.
+fn rename(d: &Domain, n: u64, name: &str) -> (bool, String) {
+    let out = d
+        .cmd(STANDARD_PATH, &["rename", &n.to_string(), name])
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    (out.status.success(), format!("{o}{e}"))
+}
+
+/// Polls `lazaret sessions --json` until `pred` holds of this domain's
+/// list (deadline 30 s); returns it.
+fn sessions_until(
+    d: &Domain,
+    what: &str,
+    pred: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let list = sessions(d);
+        if pred(&list) {
+            return list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {list:#?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Issue 43 (8), under gVisor: a session is told apart by its name and
+/// by what it does. A name given from the CLI shows on the workbench's
+/// tab, one given to the tab shows in `lazaret sessions`; a name that is
+/// not one is refused saying why; `sessions` says whether the shell runs
+/// a command; and a tab the human closed leaves no `exited` row behind.
+#[test]
+fn sessions_have_names_and_states_and_a_closed_tab_leaves_no_row() {
+    let d = Domain::new("gv");
+    let t = d.tmux(140, 35, "ui --profile gv", Some(AFTER));
+    t.wait_for(120, "the tab's shell", |s| s.contains("root@"));
+    let first = sessions_until(&d, "the tab's session", |l| l.len() == 1);
+    let n = first[0]["id"].as_u64().unwrap();
+    let tab_bar = |s: &str| s.lines().next().unwrap_or("").to_string();
+
+    // Named from the CLI: the workbench's tab follows.
+    let (ok, out) = rename(&d, n, "build box");
+    assert!(ok && out.contains("is named build box"), "{out}");
+    t.wait_for(20, "the tab named from the CLI", |s| {
+        tab_bar(s).contains("build box")
+    });
+    for (bad, why) in [
+        ("a\u{1b}[31mred", "control characters"),
+        (&*"x".repeat(33), "at most 32"),
+    ] {
+        let (ok, out) = rename(&d, n, bad);
+        assert!(!ok && out.contains(why), "{bad:?}: {out}");
+    }
+    let (ok, out) = rename(&d, 99, "nobody");
+    assert!(!ok && out.contains("no session 99"), "{out}");
+    assert_eq!(sessions(&d)[0]["name"], "build box");
+
+    // What the shell does, in the list.
+    t.line("clear; sleep 40");
+    sessions_until(&d, "the command running", |l| {
+        l[0]["now"] == "command running"
+    });
+    t.send(&["C-c"]);
+    sessions_until(&d, "the shell at its prompt", |l| {
+        l[0]["now"] == "idle at prompt"
+    });
+
+    // Renamed on the tab: the list follows, the table too.
+    t.send(&["C-a", ","]);
+    t.wait_for(20, "the rename field", |s| s.contains("rename tab"));
+    t.send(&["-l", "tests"]);
+    t.send(&["Enter"]);
+    sessions_until(&d, "the tab's name in the list", |l| {
+        l[0]["name"] == "tests"
+    });
+    let out = d.cmd_raw(STANDARD_PATH, &["sessions"]).output().unwrap();
+    let (table, _) = text(&out);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(d.hash.as_str()))
+        .unwrap_or_else(|| panic!("no row of {}:\n{table}", d.hash));
+    assert!(
+        row.contains(" tests ") && row.contains("idle at prompt"),
+        "{table}"
+    );
+
+    // A second tab, closed by its human: its session goes from the list.
+    t.send(&["C-a", "c"]);
+    t.wait_for(20, "the new-tab dialog", |s| s.contains("New tab"));
+    t.send(&["Enter"]);
+    sessions_until(&d, "the second tab's session", |l| l.len() == 2);
+    t.wait_for(60, "the second tab's shell", |s| {
+        tab_bar(s).contains("2:") && s.contains("root@")
+    });
+    t.send(&["C-a", "x"]);
+    t.wait_for(20, "the question", |s| s.contains("close tab"));
+    t.send(&["y"]);
+    let left = sessions_until(&d, "the closed tab's session gone", |l| l.len() == 1);
+    assert_eq!(left[0]["id"].as_u64(), Some(n), "{left:#?}");
+    t.quit_ending_sessions();
+    d.wait_until_gone();
+}

@@ -310,3 +310,89 @@ fn untagged_images_of_lazaret_are_listed_and_pruned_and_the_users_are_not() {
     assert!(!exists(&ours), "ours is left");
     assert!(exists(&users), "the user's image was removed");
 }
+
+/// Every entry beneath `dir` whose name starts with `prefix`.
+fn left_under(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            found.push(path.clone());
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(left_under(&path, prefix));
+        }
+    }
+    found
+}
+
+/// Issue 43 (11): Ctrl-C in `lazaret image build` while the base image
+/// is bootstrapped leaves nothing behind and says so. The network (and a
+/// Debian mirror) is out of reach here, so a stand-in takes mmdebstrap's
+/// place on PATH: it writes the tarball, makes a keyring folder, and on
+/// SIGINT removes that folder, saying so on stderr, as the real one does.
+/// The Ctrl-C is a real terminal's (tmux), to the whole foreground group.
+#[test]
+fn an_interrupted_base_build_leaves_nothing_behind() {
+    let d = Domain::new("gv");
+    let keyring = d.s.mkdir("keyring-parent").join("mmdebstrap.keyring");
+    let fake = d.s.write(
+        "fake-bin/mmdebstrap",
+        &format!(
+            "#!/bin/sh\n\
+             eval tar=\\${{$(($# - 1))}}\n\
+             : > \"$tar\"\n\
+             mkdir {keyring}\n\
+             trap 'echo \"I: cleaning up\" >&2; rmdir {keyring}; exit 130' INT\n\
+             echo 'I: stand-in bootstrap started' >&2\n\
+             while :; do sleep 0.1; done\n",
+            keyring = keyring.display()
+        ),
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{STANDARD_PATH}", fake.parent().unwrap().display());
+    // The pane's shell outlives the Ctrl-C (a trap, not an ignore: what it
+    // runs gets the signal as from any shell) to show how the build ended.
+    let run = format!(
+        "trap 'echo' INT; {} --config {} image build --release trixie --tag localhost/lazaret/interrupted:test; echo EXIT=$?; sleep 600",
+        common::lazaret_bin().display(),
+        d.s.path().join("config.toml").display()
+    );
+    let t = common::Tmux::start(
+        &d.ws(),
+        150,
+        30,
+        &[("LAZARET_USER_CONFIG", ""), ("PATH", &path)],
+        &format!("sh -c {}", common::shell_quote(&run)),
+    );
+    t.wait_for(60, "the bootstrap", |s| {
+        s.contains("stand-in bootstrap started")
+    });
+    assert!(keyring.is_dir(), "the stand-in did not start");
+    let data = d.s.path().join("data");
+    assert!(
+        !left_under(&data, "image-build-").is_empty(),
+        "the build's folder was not where it is looked for"
+    );
+    t.send(&["C-c"]);
+    let s = t.wait_for(30, "the build's end", |s| s.contains("EXIT="));
+    let joined = s.replace('\n', "");
+    assert!(joined.contains("interrupted: no image was built"), "{s}");
+    assert!(!joined.contains("EXIT=0"), "{s}");
+    // mmdebstrap had the time to clean up (its last words were read), and
+    // the build's own folder and tarball are gone.
+    assert!(!keyring.exists(), "the stand-in's keyring is left:\n{s}");
+    assert_eq!(
+        left_under(&data, "image-build-"),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(
+        left_under(&data, "rootfs.tar"),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let out = podman(&["image", "exists", "localhost/lazaret/interrupted:test"]);
+    assert!(!out.status.success(), "an image was made");
+}

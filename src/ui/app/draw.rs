@@ -386,6 +386,7 @@ impl App {
                         pending: h.pending,
                         exited: h.exited,
                         busy: h.busy,
+                        name: h.name.clone(),
                     })
                     .collect(),
             })

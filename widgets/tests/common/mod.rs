@@ -113,6 +113,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 0,
                     exited: None,
                     busy: Some(true),
+                    name: None,
                 },
                 HostedRow {
                     id: 2,
@@ -121,6 +122,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 1,
                     exited: None,
                     busy: None,
+                    name: Some("fix tests".into()),
                 },
                 HostedRow {
                     id: 4,
@@ -129,6 +131,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 0,
                     exited: None,
                     busy: Some(false),
+                    name: None,
                 },
             ],
         },
@@ -150,6 +153,7 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                 pending: 0,
                 exited: Some(1),
                 busy: None,
+                name: None,
             }],
         },
     ]
