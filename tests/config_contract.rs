@@ -184,15 +184,7 @@ fn cases() -> Vec<Case> {
         case(
             "unknown profile key (typo)",
             profile("imagee = \"x\""),
-            load_err(
-                &["unknown field `imagee`", "did you mean `image`?"],
-                "imagee",
-            ),
-        ),
-        case(
-            "boolean as a bare word",
-            header_with("enabled = true", "enabled = yes"),
-            load_err(&["a boolean is written `true` or `false`"], "enabled"),
+            load_err(&["unknown field `imagee`"], "imagee"),
         ),
         case(
             "unknown volume key",
@@ -1352,8 +1344,6 @@ fn broad_workspaces_are_refused_unless_asked() {
             msg.contains(why) && msg.contains("--allow-broad-workspace"),
             "{msg}"
         );
-        // Said as what it is: not a mistake "in the configuration".
-        assert!(msg.starts_with("security: the workspace"), "{msg}");
     }
     // A project inside the home folder is what Lazaret is for.
     config

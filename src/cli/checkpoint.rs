@@ -80,12 +80,6 @@ pub fn list(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "checkpoints of domain {} ({} in {}):",
-        resolved.domain.hash(),
-        resolved.domain.name(),
-        lazaret_widgets::visible::visible(&resolved.domain.workspace().display().to_string())
-    );
     println!("{:<24} {:<20} {:>10}", "NAME", "TAKEN (UTC)", "SIZE");
     for c in &all {
         let taken = crate::checkpoint::default_name(

@@ -140,20 +140,6 @@ enum Command {
         #[arg(long, default_value = "C-a")]
         prefix: String,
     },
-    /// Name session N of the domain for every client (workbench tabs,
-    /// `lazaret sessions`); an empty NAME takes the name away.
-    Rename {
-        /// The session's number in its domain (see `lazaret sessions`).
-        session: u32,
-        /// At most 32 characters.
-        name: String,
-        /// The profile (default: `default_profile`, or the only profile).
-        #[arg(long, short = 'p')]
-        profile: Option<String>,
-        /// Workspace folder (default: the current folder).
-        #[arg(long, short)]
-        workspace: Option<PathBuf>,
-    },
     /// List the sessions that live in this user's running domains (they
     /// outlive the clients that show them), attached or not.
     Sessions {
@@ -649,19 +635,6 @@ pub fn run() -> Result<ExitCode> {
             &prefix,
         )),
         Command::Sessions { json } => session::sessions(&env, json),
-        Command::Rename {
-            session,
-            name,
-            profile,
-            workspace,
-        } => session::rename(
-            &cli.config,
-            &env,
-            profile.as_deref(),
-            workspace.as_deref(),
-            session,
-            &name,
-        ),
         Command::Exec { domain, command } => passing_codes_through(session::exec(
             &cli.config,
             &env,
@@ -1289,23 +1262,12 @@ fn image_list(json: bool) -> Result<ExitCode> {
     );
     let untagged = rows.iter().filter(|r| r.dangling()).count();
     for row in rows {
-        // The name profiles use (`:latest`) first, then the image's other
-        // tags (an agent's version is its own column).
-        let version = row.version();
-        let latest = row.names.iter().find(|n| n.ends_with(":latest"));
-        let others: Vec<&str> = row
+        let name = row
             .names
             .iter()
-            .filter(|n| Some(*n) != latest)
-            .filter_map(|n| n.rsplit_once(':').map(|(_, tag)| tag))
-            .filter(|tag| version.as_deref() != Some(*tag))
-            .collect();
-        let name = latest
+            .find(|n| !n.ends_with(":latest"))
             .or(row.names.first())
-            .map(|n| match (latest, others.is_empty()) {
-                (Some(_), false) => format!("{n} (also :{})", others.join(", :")),
-                _ => n.clone(),
-            })
+            .cloned()
             .unwrap_or_else(|| {
                 let id: String = row.id.chars().take(12).collect();
                 match row.repository() {
@@ -1326,7 +1288,7 @@ fn image_list(json: bool) -> Result<ExitCode> {
             "{:<48} {:<8} {:<12} {:>8} {:>7.1} MB",
             name,
             row.agent().unwrap_or_else(|| "-".into()),
-            version.unwrap_or_else(|| "-".into()),
+            row.version().unwrap_or_else(|| "-".into()),
             age,
             row.size as f64 / 1e6
         );

@@ -400,18 +400,6 @@ fn running_domains(rt: &tokio::runtime::Runtime, rundir: &RuntimeDir) -> Vec<Dom
     domains
 }
 
-/// What a hosted session's program does now, in the sessions panel's
-/// words: a shell runs a command or waits at its prompt; of another
-/// program (an agent) nothing more is known.
-fn doing(h: &crate::coordinator::hosted::HostedInfo) -> &'static str {
-    match (h.exited, h.busy) {
-        (Some(_), _) => "-",
-        (None, Some(true)) => "command running",
-        (None, Some(false)) => "idle at prompt",
-        (None, None) => "running",
-    }
-}
-
 /// `lazaret sessions`: every hosted session of this user's running
 /// domains (decisions.md D14), attached or not.
 pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
@@ -434,7 +422,6 @@ pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
                     "attached"
                 }
                 .into();
-                v["now"] = doing(h).into();
                 all.push(v);
             }
         }
@@ -446,8 +433,8 @@ pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<13} {:<12} {:>3}  {:<16} {:<10} {:<15} {:>7} {:>7}  COMMAND",
-        "DOMAIN", "PROFILE", "N", "NAME", "STATE", "NOW", "CLIENTS", "PENDING"
+        "{:<13} {:<12} {:>3}  {:<10} {:>8} {:>7}  COMMAND",
+        "DOMAIN", "PROFILE", "N", "STATE", "CLIENTS", "PENDING"
     );
     for d in &domains {
         for h in &d.hosted {
@@ -457,13 +444,11 @@ pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
                 None => "attached".into(),
             };
             println!(
-                "{:<13} {:<12} {:>3}  {:<16} {:<10} {:<15} {:>7} {:>7}  {}",
+                "{:<13} {:<12} {:>3}  {:<10} {:>8} {:>7}  {}",
                 d.hash,
                 visible(&d.profile),
                 h.id,
-                h.name.as_deref().map(visible).unwrap_or_else(|| "-".into()),
                 state,
-                doing(h),
                 h.viewers,
                 h.pending,
                 visible(&lazaret_escalate::classify::join(&h.argv))
@@ -471,61 +456,6 @@ pub fn sessions(env: &dyn HostEnv, json: bool) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `lazaret rename N NAME`: names hosted session N of this folder's
-/// domain for every client.
-pub fn rename(
-    explicit: &Option<PathBuf>,
-    env: &dyn HostEnv,
-    profile: Option<&str>,
-    workspace: Option<&Path>,
-    session: u32,
-    name: &str,
-) -> Result<ExitCode> {
-    let (_, ctx, _) = down_context(explicit, env, profile, workspace)?;
-    let rt = runtime()?;
-    let not_running = || {
-        anyhow::anyhow!(
-            "no domain {} ({} in {}) is running, so it has no session {session}; `lazaret sessions` lists the running ones",
-            ctx.anchor.hash(),
-            ctx.anchor.name(),
-            visible(&ctx.anchor.workspace().display().to_string())
-        )
-    };
-    let mut c = rt
-        .block_on(query(&ctx.control_socket))
-        .map_err(|_| not_running())?;
-    let answer = rt
-        .block_on(c.call(&ClientMsg::Rename {
-            session,
-            name: name.to_string(),
-        }))
-        .with_context(|| format!("cannot rename session {session}"))?;
-    match answer {
-        CoordMsg::Sessions { sessions } => {
-            let named = sessions
-                .iter()
-                .find(|h| h.id == session)
-                .and_then(|h| h.name.as_deref());
-            match named {
-                Some(n) => println!(
-                    "session {session} of domain {} is named {}",
-                    ctx.anchor.hash(),
-                    visible(n)
-                ),
-                None => println!(
-                    "session {session} of domain {} has no name now",
-                    ctx.anchor.hash()
-                ),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        CoordMsg::Error { message } => {
-            anyhow::bail!("cannot rename session {session}: {message}")
-        }
-        other => anyhow::bail!("cannot rename session {session}: unexpected answer {other:?}"),
-    }
 }
 
 /// `lazaret attach [N]`: this terminal shows hosted session N of the

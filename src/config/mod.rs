@@ -112,13 +112,6 @@ struct Problems<'a>(&'a [Problem]);
 impl fmt::Display for Problems<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        // One problem that is not in a file (a workspace too broad) is
-        // said as it is, not as a list "in the configuration".
-        if let [p] = self.0
-            && p.location.is_none()
-        {
-            return write!(f, "{p}");
-        }
         write!(
             f,
             "{n} problem{} in the configuration:",
@@ -631,8 +624,7 @@ impl Config {
         {
             return Err(ConfigError::Invalid(vec![Problem {
                 location: None,
-                // The message names the workspace itself.
-                key: String::new(),
+                key: "workspace".into(),
                 message,
                 security: true,
             }]));

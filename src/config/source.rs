@@ -116,7 +116,7 @@ impl Merged {
     pub fn add_text(&mut self, layer: Layer, path: &Path, text: &str) -> Result<(), ConfigError> {
         let located = |err: toml::de::Error| ConfigError::Syntax {
             location: Location::at(path, text, err.span().map_or(0, |s| s.start)),
-            message: with_hint(err.message().trim_end(), text, err.span()),
+            message: err.message().trim_end().to_string(),
         };
         let parsed = DeTable::parse(text).map_err(located)?;
         // Type-check this file alone: unknown keys and wrong types point here.
@@ -126,15 +126,13 @@ impl Merged {
             return Err(located(err));
         }
         if !problems.is_empty() {
-            // In the order of the file, as an editor lists them.
-            problems.sort_by_key(|(err, _)| err.span().map_or(usize::MAX, |s| s.start));
             return Err(ConfigError::Invalid(
                 problems
                     .into_iter()
                     .map(|(err, key)| Problem {
                         location: Some(Location::at(path, text, err.span().map_or(0, |s| s.start))),
                         key: key.unwrap_or_default(),
-                        message: with_hint(err.message().trim_end(), text, err.span()),
+                        message: err.message().trim_end().to_string(),
                         security: false,
                     })
                     .collect(),
@@ -172,52 +170,6 @@ impl Merged {
             }
         })
     }
-}
-
-/// `message` (the parser's or serde's) with what to do about it, where
-/// that can be told: the nearest valid name for a misspelt key or value,
-/// TOML's spelling of a boolean.
-fn with_hint(message: &str, text: &str, span: Option<Range<usize>>) -> String {
-    if let Some(near) = nearest_name(message) {
-        return format!("{message}; did you mean `{near}`?");
-    }
-    // `enabled = yes`: TOML reads a bare word as a broken string.
-    let word = span
-        .and_then(|s| text.get(s.start..))
-        .map(|rest| {
-            rest.chars()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect::<String>()
-        })
-        .unwrap_or_default();
-    if ["yes", "no", "on", "off", "True", "False", "TRUE", "FALSE"].contains(&word.as_str()) {
-        return format!("{message}; a boolean is written `true` or `false`");
-    }
-    message.to_string()
-}
-
-/// For serde's "unknown field `x`, expected one of `a`, `b`" (or variant):
-/// the expected name nearest to `x`, when one is near enough to be what
-/// was meant.
-fn nearest_name(message: &str) -> Option<&str> {
-    let rest = message
-        .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("unknown variant `"))?;
-    let (unknown, expected) = rest.split_once('`')?;
-    let unknown = unknown.to_ascii_lowercase();
-    // The names are every other piece between backticks.
-    let (distance, near) = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|name| {
-            (
-                strsim::damerau_levenshtein(&unknown, &name.to_ascii_lowercase()),
-                name,
-            )
-        })
-        .min()?;
-    (distance <= (unknown.chars().count() / 3).max(1)).then_some(near)
 }
 
 /// Every schema error of one file, each with the key path it is about.
@@ -377,35 +329,4 @@ fn merge_table(
 fn is_within(path: &str, root: &str) -> bool {
     path.strip_prefix(root)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
-}
-
-#[cfg(test)]
-mod hint_tests {
-    use super::*;
-
-    #[test]
-    fn a_near_name_is_suggested_and_a_far_one_is_not() {
-        let field = "unknown field `imagee`, expected one of `image`, `command`, `runtime`";
-        assert_eq!(nearest_name(field), Some("image"));
-        let variant = "unknown variant `rnusc`, expected `runsc` or `runc`";
-        assert_eq!(nearest_name(variant), Some("runsc"));
-        let far = "unknown field `zzzzzz`, expected one of `image`, `command`";
-        assert_eq!(nearest_name(far), None);
-        assert_eq!(
-            nearest_name("invalid type: string, expected a boolean"),
-            None
-        );
-        assert!(with_hint(field, "", None).ends_with("; did you mean `image`?"));
-    }
-
-    #[test]
-    fn a_bare_yes_is_told_how_booleans_are_written() {
-        let text = "enabled = yes\n";
-        let hinted = with_hint("invalid string", text, Some(10..13));
-        assert!(hinted.contains("`true` or `false`"), "{hinted}");
-        assert_eq!(
-            with_hint("invalid string", "name = bob\n", Some(7..10)),
-            "invalid string"
-        );
-    }
 }

@@ -119,11 +119,6 @@ pub struct HostedInfo {
     /// over, so "at its prompt" would say nothing) or before it was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy: Option<bool>,
-    /// The name a human gave it (a workbench tab's, `lazaret rename`):
-    /// every client shows it. Kept by this coordinator only: one that
-    /// replaces it starts the session unnamed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
 }
 
 impl HostedInfo {
@@ -140,28 +135,8 @@ impl HostedInfo {
             pending: 0,
             exited: None,
             busy: None,
-            name: None,
         }
     }
-}
-
-/// The longest session name, in characters.
-pub const MAX_NAME: usize = 32;
-
-/// A session name as a human typed it, checked: `None` takes the name
-/// away.
-pub fn session_name(name: &str) -> Result<Option<String>, String> {
-    let name = name.trim();
-    if name.chars().any(char::is_control) {
-        return Err("a session name cannot hold control characters".into());
-    }
-    if name.chars().count() > MAX_NAME {
-        return Err(format!(
-            "a session name is at most {MAX_NAME} characters; this one has {}",
-            name.chars().count()
-        ));
-    }
-    Ok((!name.is_empty()).then(|| name.to_string()))
 }
 
 /// Whether `argv` runs a shell: only a shell's foreground says "running a
@@ -245,9 +220,6 @@ struct Session {
     /// until a start claims it. Its escalations are refused meanwhile: it
     /// is in no session table yet.
     spare: bool,
-    /// Its human closed it (a tab closed, `lazaret kill`): when it ends
-    /// it goes from the list at once, not kept for its last screen.
-    closed: bool,
 }
 
 impl Session {
@@ -724,7 +696,6 @@ impl Hosted {
                     credential: Some(credential),
                     adopted: true,
                     spare: false,
-                    closed: false,
                 },
             );
             info
@@ -975,9 +946,6 @@ impl Hosted {
                 session_id: s.session_id.clone(),
                 code,
             };
-            if s.closed {
-                state.remove(id);
-            }
             // Ended sessions stay listed (and attachable, for their last
             // screen) until more than KEPT_ENDED have ended.
             let gone: Vec<u32> = state
@@ -1139,7 +1107,6 @@ impl Hosted {
                     credential: Some(credential),
                     adopted: false,
                     spare,
-                    closed: false,
                 },
             );
             state.spawns.insert(id, spawned_tx);
@@ -1403,30 +1370,7 @@ impl Hosted {
     /// Hangs a session up (SIGHUP to its process group).
     pub fn hang_up(&self, id: u32) -> Result<(), String> {
         let link = self.running_link(id)?;
-        to_host(&link, hang_up_frame(id))?;
-        if let Some(s) = self.state.lock().expect("lock").sessions.get_mut(&id) {
-            s.closed = true;
-        }
-        Ok(())
-    }
-
-    /// Names session `id` for every client (`name` checked by
-    /// [`session_name`]; empty takes the name away).
-    pub fn rename(&self, id: u32, name: &str) -> Result<(), String> {
-        let name = session_name(name)?;
-        {
-            let mut state = self.state.lock().expect("lock");
-            let s = state
-                .sessions
-                .get_mut(&id)
-                .filter(|s| !s.spare)
-                .ok_or_else(|| {
-                    format!("no session {id} in this domain (`lazaret sessions` lists them)")
-                })?;
-            s.info.name = name;
-        }
-        self.changed();
-        Ok(())
+        to_host(&link, hang_up_frame(id))
     }
 
     /// A prompt of a hosted session was answered by `conn`: the others
@@ -1509,21 +1453,6 @@ fn write_private(path: &Path, text: &str) -> Result<(), String> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
-
-    #[test]
-    fn a_session_name_is_a_short_line_of_text() {
-        assert_eq!(session_name("  tests "), Ok(Some("tests".into())));
-        assert_eq!(session_name(""), Ok(None));
-        assert_eq!(session_name("   "), Ok(None));
-        let longest = "é".repeat(MAX_NAME);
-        assert_eq!(session_name(&longest), Ok(Some(longest.clone())));
-        let e = session_name(&format!("{longest}x")).unwrap_err();
-        assert!(e.contains("at most 32") && e.contains("33"), "{e}");
-        for bad in ["a\u{1b}[2Jb", "two\nlines", "bell\u{7}", "c1\u{9b}31m"] {
-            let e = session_name(bad).unwrap_err();
-            assert!(e.contains("control characters"), "{bad:?}: {e}");
-        }
-    }
 
     /// A coordinator's hosted sessions in a temporary folder, whose earlier
     /// Session Host had `token`.

@@ -108,13 +108,6 @@ pub enum ClientMsg {
     EndSession {
         session: u32,
     },
-    /// Name a hosted session for every client (empty: no name). Answered
-    /// `Error` when the name or the session is refused, else `Sessions`
-    /// (the name shows there, and in the status watchers' `Status`).
-    Rename {
-        session: u32,
-        name: String,
-    },
     /// The domain's hosted sessions: answered `Sessions`.
     Sessions,
     /// The domain's approval inbox: every escalation request waiting for

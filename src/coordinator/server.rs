@@ -925,15 +925,12 @@ impl Shared {
                 sandbox.runtime.as_str()
             ));
         }
-        // One instant for its default name and its recorded time, so the
-        // two never disagree by the second the checkpoint takes.
-        let taken = std::time::SystemTime::now();
         let name = match name {
             Some(n) => {
                 checkpoint::check_name(&n)?;
                 n
             }
-            None => checkpoint::default_name(taken),
+            None => checkpoint::default_name(std::time::SystemTime::now()),
         };
         let root = self.resolved.domain.domain_root(&self.engine.data_root);
         let dir = checkpoint::dir(&root, &name);
@@ -1009,7 +1006,7 @@ impl Shared {
         woke.map_err(|e| format!("the checkpoint {name} was saved, but {e}"))?;
         let made = checkpoint::Checkpoint {
             name,
-            created: taken
+            created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             bytes,
@@ -1968,13 +1965,6 @@ async fn serve_session(
                     message: e.to_string(),
                 },
                 _ => continue,
-            },
-            ClientMsg::Rename { session, name } => match shared.hosted.get() {
-                Some(h) => match h.rename(session, &name) {
-                    Ok(()) => CoordMsg::Sessions { sessions: h.list() },
-                    Err(message) => CoordMsg::Error { message },
-                },
-                None => no_hosting(),
             },
             ClientMsg::EndSession { session } => match shared.hosted.get() {
                 Some(h) => match h.hang_up(session) {

@@ -33,8 +33,6 @@ pub const BASE_PACKAGES: &[&str] = &[
     "less",
 ];
 
-use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     #[error(transparent)]
@@ -60,10 +58,6 @@ pub enum ImageError {
         "mmdebstrap is not installed; it builds the base image without root: sudo apt-get install mmdebstrap"
     )]
     NoMmdebstrap,
-    #[error(
-        "interrupted: no image was built, and the partial root file system was removed; run the build again to start over"
-    )]
-    Interrupted,
     #[error("`{0}` is not a package name")]
     BadPackage(String),
     #[error("`{agent}` is not an agent Lazaret has a recipe for; known: {known}")]
@@ -189,97 +183,6 @@ fn valid_package(p: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
 }
 
-/// SIGINT and SIGTERM while a base image is bootstrapped: noted rather
-/// than fatal, so that mmdebstrap can clean up after itself (it writes its
-/// last words to our stderr pipe; were we gone, it would die of SIGPIPE
-/// and leave its keyring folder behind) and the build can remove what it
-/// wrote. Dropped, the signals' earlier actions are back.
-struct Interrupt {
-    earlier: Vec<(Signal, SigAction)>,
-}
-
-/// Set by [`note_interrupt`]; one build at a time watches it.
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn note_interrupt(_: nix::libc::c_int) {
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-impl Interrupt {
-    fn watch() -> Result<Interrupt, ImageError> {
-        INTERRUPTED.store(false, std::sync::atomic::Ordering::SeqCst);
-        // SA_RESTART: the read of mmdebstrap's stderr goes on after it.
-        let action = SigAction::new(
-            SigHandler::Handler(note_interrupt),
-            SaFlags::SA_RESTART,
-            SigSet::empty(),
-        );
-        let mut earlier = Vec::new();
-        for signal in [Signal::SIGINT, Signal::SIGTERM] {
-            // SAFETY: the handler only stores to an atomic, which is
-            // async-signal-safe; the earlier action is put back on drop.
-            #[allow(unsafe_code)]
-            let old = unsafe { sigaction(signal, &action) }
-                .map_err(|e| io("cannot watch for Ctrl-C")(std::io::Error::from(e)))?;
-            earlier.push((signal, old));
-        }
-        Ok(Interrupt { earlier })
-    }
-
-    fn hit(&self) -> bool {
-        INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Interrupts the child `pid` too once this process is (a SIGTERM
-    /// sent to it alone), until [`PassOn::reaping`]: the child is not
-    /// reaped before that, so its pid cannot be another process's yet.
-    fn pass_on(&self, pid: u32) -> PassOn {
-        let running = std::sync::Arc::new(std::sync::Mutex::new(true));
-        let live = running.clone();
-        std::thread::spawn(move || {
-            loop {
-                {
-                    let live = live.lock().unwrap_or_else(|e| e.into_inner());
-                    if !*live {
-                        return;
-                    }
-                    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
-                        if let Ok(pid) = i32::try_from(pid) {
-                            let _ = nix::sys::signal::kill(
-                                nix::unistd::Pid::from_raw(pid),
-                                Signal::SIGINT,
-                            );
-                        }
-                        return;
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        PassOn(running)
-    }
-}
-
-/// See [`Interrupt::pass_on`].
-struct PassOn(std::sync::Arc<std::sync::Mutex<bool>>);
-
-impl PassOn {
-    /// The child is about to be reaped: no signal goes to its pid after.
-    fn reaping(&self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
-    }
-}
-
-impl Drop for Interrupt {
-    fn drop(&mut self) {
-        for (signal, old) in self.earlier.drain(..) {
-            // SAFETY: puts back the action that was there before.
-            #[allow(unsafe_code)]
-            let _ = unsafe { sigaction(signal, &old) };
-        }
-    }
-}
-
 /// Builds a Debian base image rootless (mmdebstrap in unshare mode, then
 /// `podman import`). `progress` receives each line mmdebstrap prints.
 pub fn build_base_image(
@@ -310,7 +213,6 @@ pub fn build_base_image(
         .map_err(io("cannot create a temporary folder"))?;
     let tar_path: PathBuf = dir.path().join("rootfs.tar");
 
-    let interrupt = Interrupt::watch()?;
     let started = Instant::now();
     let mut child = Command::new("mmdebstrap")
         .args(["--mode=unshare", "--variant=minbase", "--format=tar"])
@@ -323,10 +225,6 @@ pub fn build_base_image(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(io("cannot run mmdebstrap"))?;
-    // A Ctrl-C reaches mmdebstrap from the terminal; a SIGTERM sent to
-    // this process alone is passed on. Either way it cleans up its own
-    // files, and the partial tarball goes with `dir`.
-    let pass_on = interrupt.pass_on(child.id());
     // mmdebstrap reports on stderr; keep the tail for the error message.
     let stderr = child.stderr.take().expect("piped");
     let mut tail: Vec<String> = Vec::new();
@@ -337,11 +235,7 @@ pub fn build_base_image(
             tail.remove(0);
         }
     }
-    pass_on.reaping();
     let status = child.wait().map_err(io("cannot wait for mmdebstrap"))?;
-    if interrupt.hit() {
-        return Err(ImageError::Interrupted);
-    }
     if !status.success() {
         return Err(ImageError::Bootstrap {
             status: status.to_string(),

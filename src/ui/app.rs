@@ -977,58 +977,11 @@ impl App {
         self.dirty = true;
     }
 
-    /// Who asked, for the queue's TAB column: the tab of this workbench
-    /// that shows the session, else its name or number in its domain
-    /// (the coordinator's `asked_by`, e.g. "adopted (hosted 2)", is too
-    /// long for the column and says less).
-    fn asker(&self, hash: &str, hosted: Option<u32>, asked_by: &str) -> String {
-        let Some(n) = hosted else {
-            return asked_by.to_string();
-        };
-        let tab = self.tabs.iter().find(|t| {
-            t.launch.ctx.anchor.hash() == hash && t.hosted.as_ref().and_then(|h| h.id()) == Some(n)
-        });
-        if let Some(t) = tab {
-            return t.title.clone();
-        }
-        self.domains
-            .iter()
-            .find(|d| d.hash == hash)
-            .and_then(|d| d.hosted.iter().find(|h| h.id == n))
-            .and_then(|h| h.name.clone())
-            .unwrap_or_else(|| format!("#{n}"))
-    }
-
-    /// A tab showing a hosted session takes the name it has in its
-    /// domain: renamed here, in another workbench or by `lazaret rename`.
-    fn follow_names(&mut self, domain: &DomainStatus) {
-        for t in &mut self.tabs {
-            if t.launch.ctx.anchor.hash() != domain.hash {
-                continue;
-            }
-            let Some(id) = t.hosted.as_ref().and_then(|h| h.id()) else {
-                continue;
-            };
-            if let Some(name) = domain
-                .hosted
-                .iter()
-                .find(|h| h.id == id)
-                .and_then(|h| h.name.as_ref())
-                && *name != t.title
-            {
-                t.title = name.clone();
-                self.dirty = true;
-            }
-        }
-    }
-
     /// News of a domain's approval inbox.
     fn inbox_news(&mut self, hash: String, label: String, msg: CoordMsg) {
         match msg {
             CoordMsg::Pending {
-                prompt,
-                asked_by,
-                hosted,
+                prompt, asked_by, ..
             } => {
                 let id = prompt.request_id.clone();
                 let held = self
@@ -1042,7 +995,7 @@ impl App {
                 if held {
                     return;
                 }
-                let tab = format!("{} · {label}", self.asker(&hash, hosted, &asked_by));
+                let tab = format!("{asked_by} · {label}");
                 match self.seen.iter_mut().find(|s| s.is(&hash, &id)) {
                     // Listed before its domain's watch was lost and made
                     // again: it waits once more.
@@ -1081,7 +1034,6 @@ impl App {
             }
             // The sessions panel, from events.
             CoordMsg::Status { domain } => {
-                self.follow_names(&domain);
                 let refused = domain.egress_refused;
                 if let Some(started) =
                     Instant::now().checked_sub(Duration::from_secs(domain.uptime))

@@ -386,7 +386,6 @@ impl App {
                         pending: h.pending,
                         exited: h.exited,
                         busy: h.busy,
-                        name: h.name.clone(),
                     })
                     .collect(),
             })

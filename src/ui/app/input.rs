@@ -284,23 +284,10 @@ impl App {
     pub(super) fn submit(&mut self, kind: InputKind, text: &str) {
         match kind {
             InputKind::Rename => {
-                let Some(t) = self.tabs.get_mut(self.focus) else {
-                    return;
-                };
-                match crate::coordinator::hosted::session_name(text) {
-                    Err(e) => self.message = Some(e),
-                    Ok(None) => {}
-                    Ok(Some(name)) => {
-                        // A hosted session is named in its domain: every
-                        // client's tab shows it, and `lazaret sessions`.
-                        if let Some(session) = t.hosted.as_ref().and_then(|h| h.id()) {
-                            t.send(ClientMsg::Rename {
-                                session,
-                                name: name.clone(),
-                            });
-                        }
-                        t.title = name;
-                    }
+                if let Some(t) = self.tabs.get_mut(self.focus)
+                    && !text.is_empty()
+                {
+                    t.title = text.to_string();
                 }
             }
             InputKind::Allow | InputKind::Deny => {

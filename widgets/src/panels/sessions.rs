@@ -58,26 +58,9 @@ pub struct HostedRow {
     /// A shell's foreground: running a command (`true`) or idle at its
     /// prompt; `None` for other programs.
     pub busy: Option<bool>,
-    /// The name a human gave it, shown before its command.
-    pub name: Option<String>,
 }
 
 impl HostedRow {
-    /// Its name (when it has one) and command in `width` columns: the
-    /// name first and whole, then as much of the command's end as fits.
-    fn what(&self, width: usize) -> String {
-        let command = shown(&self.command);
-        let Some(name) = &self.name else {
-            return keep_end(&command, width);
-        };
-        let name = shown(name);
-        let used = name.chars().count() + 3;
-        if used + 4 > width {
-            return super::keep_start(&name, width);
-        }
-        format!("{name} · {}", keep_end(&command, width - used))
-    }
-
     /// Its state in words (colour only repeats them): waiting for an
     /// approval first, then ended, attached or not.
     fn state(&self) -> Span<'static> {
@@ -283,7 +266,7 @@ impl Widget for SessionsPanel<'_> {
                 rows.push(Row::new([
                     Cell::from(""),
                     Cell::from(format!("  #{}", h.id)),
-                    Cell::from(h.what(workspace_width)),
+                    Cell::from(keep_end(&shown(&h.command), workspace_width)),
                     Cell::from(h.state()),
                     Cell::from(h.activity()),
                     Cell::from(""),
@@ -359,7 +342,7 @@ fn render_narrow(rows: &[SessionRow], selected: Option<usize>, area: Rect, buf: 
                 h.state(),
                 Span::raw(activity),
                 Span::styled(
-                    format!(" {}", h.what(room)),
+                    format!(" {}", keep_end(&shown(&h.command), room)),
                     Style::new().fg(Color::DarkGray),
                 ),
             ]);

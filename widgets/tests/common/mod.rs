@@ -113,7 +113,6 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 0,
                     exited: None,
                     busy: Some(true),
-                    name: None,
                 },
                 HostedRow {
                     id: 2,
@@ -122,7 +121,6 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 1,
                     exited: None,
                     busy: None,
-                    name: Some("fix tests".into()),
                 },
                 HostedRow {
                     id: 4,
@@ -131,7 +129,6 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                     pending: 0,
                     exited: None,
                     busy: Some(false),
-                    name: None,
                 },
             ],
         },
@@ -153,7 +150,6 @@ pub fn sessions() -> Vec<lazaret_widgets::panels::SessionRow> {
                 pending: 0,
                 exited: Some(1),
                 busy: None,
-                name: None,
             }],
         },
     ]
